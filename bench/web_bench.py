@@ -1,0 +1,175 @@
+"""Web app benchmark: engine event → websocket client latency through Redis, and server time of the run page
+and of the groups API with 10,000 stored trajectories.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/rubric_studio_bench REDIS_URL=redis://127.0.0.1:6379/12 \
+        python bench/web_bench.py            # both default to these; the database is recreated
+
+Latency: a separate process (like a Celery worker) ingests events through webapp.live.ingest, each stamped with
+its send time; a websocket client of the real consumer (channels_redis) measures arrival. Server times are
+measured in-process with Django's test client (no network); the login page is the baseline of the same run.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/rubric_studio_bench")
+os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/12")
+os.environ.setdefault("SECRET_KEY", "bench-only-secret-key-" + "x" * 30)
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("ALLOWED_HOSTS", "testserver,localhost,127.0.0.1")
+
+
+def _ensure_database() -> None:
+    import psycopg
+    from urllib.parse import urlparse
+
+    url = urlparse(os.environ["DATABASE_URL"])
+    name = url.path.lstrip("/")
+    admin = os.environ["DATABASE_URL"].rsplit("/", 1)[0] + "/postgres"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'drop database if exists "{name}" with (force)')  # each run starts from nothing
+        conn.execute(f'create database "{name}"')
+
+
+def _setup() -> None:
+    import django
+    from django.core.management import call_command
+
+    django.setup()
+    call_command("migrate", verbosity=0)
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def _fixture(trajectories: int):
+    from django.contrib.auth import get_user_model
+
+    from tests.webapp.factories import run_factory
+    from webapp.models import Project, Trajectory, TrajectoryGroup, Step, RunStatus
+
+    user = get_user_model().objects.filter(username="bench").first() or get_user_model().objects.create_user(
+        "bench", password="bench-password")
+    Project.objects.filter(owner=user).delete()
+    from tests.webapp.factories import project_factory
+
+    run = run_factory(project=project_factory(owner=user), status=RunStatus.RUNNING, steps=1000)
+    group_size, per_step = 8, 5
+    steps = trajectories // (group_size * per_step)
+    text = "The refund policy: refunds within 30 days of purchase; digital products are non-refundable. " * 4
+    for step in range(1, steps + 1):
+        groups = TrajectoryGroup.objects.bulk_create(
+            TrajectoryGroup(run=run, step_index=step, index=g, scenario_external_id=f"s{g}", reward_mean=0.5,
+                            reward_std=0.1) for g in range(per_step))
+        Trajectory.objects.bulk_create(
+            Trajectory(group=g, index=i, rank=i + 1, reward=1 - i / 8, judge_score=1 - i / 8, advantage=0.1 * i,
+                       explanation="Faithful and concise; cites the context. " * 3,
+                       messages=[{"role": "system", "content": "Answer using only the context."},
+                                 {"role": "user", "content": "What is the refund policy?"},
+                                 {"role": "assistant", "content": text}])
+            for g in groups for i in range(group_size))
+        Step.objects.create(run=run, index=step, metrics={"reward_mean": 0.5, "reward_std": 0.1, "loss": 0.1})
+    return user, run
+
+
+def _time(client, url: str, repeat: int) -> list[float]:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        response = client.get(url)
+        times.append(time.perf_counter() - t0)
+        assert response.status_code == 200, (url, response.status_code)
+    return times
+
+
+def bench_pages(trajectories: int, repeat: int) -> None:
+    from django.test import Client
+
+    user, run = _fixture(trajectories)
+    client = Client()
+    client.force_login(user)
+    baseline = _time(Client(), "/login/", repeat)
+    page = _time(client, f"/runs/{run.id}/", repeat)
+    api = _time(client, f"/api/runs/{run.id}/groups/?limit=50", repeat)
+    base = statistics.median(baseline)
+    print(f"stored trajectories: {trajectories:,} in {trajectories // 40} steps")
+    for name, values in (("login page (baseline)", baseline), ("run page", page), ("groups API (50)", api)):
+        p50, p95 = statistics.median(values), _pct(values, 0.95)
+        print(f"{name:<24} p50 {p50 * 1000:7.1f} ms  p95 {p95 * 1000:7.1f} ms  ({p50 / base:5.1f}x baseline)")
+
+
+async def _receive(run_id: int, user, count: int) -> list[float]:
+    from channels.testing import WebsocketCommunicator
+
+    from webapp.asgi import application
+
+    client = WebsocketCommunicator(application, f"/ws/runs/{run_id}/?after=999999999",
+                                   headers=[(b"host", b"localhost"), (b"origin", b"http://localhost")])
+    client.scope["user"] = user
+    assert (await client.connect())[0]
+    publisher = subprocess.Popen([sys.executable, __file__, "--publish", str(run_id), str(count)], cwd=ROOT)
+    latencies = []
+    while len(latencies) < count:
+        message = await client.receive_json_from(timeout=60)
+        if message["kind"] == "step_finished":
+            latencies.append(time.time() - message["data"]["metrics"]["sent_at"])
+    publisher.wait()
+    await client.disconnect()
+    return latencies
+
+
+def bench_latency(count: int) -> None:
+    from tests.webapp.factories import run_factory
+    from webapp.models import Run
+
+    run = run_factory(status="running", steps=count + 10)
+    Run.objects.filter(pk=run.pk).update(last_event_seq=999999999)  # the client only wants live events
+    user = run.project.owner
+    latencies = asyncio.run(_receive(run.id, user, count))
+    print(f"event → websocket via Redis ({count} events, separate publisher process): "
+          f"p50 {statistics.median(latencies) * 1000:.1f} ms  p95 {_pct(latencies, 0.95) * 1000:.1f} ms")
+
+
+def publish(run_id: int, count: int) -> None:
+    from webapp.live.ingest import run_event_ingest
+
+    time.sleep(0.5)  # let the client join the group
+    for step in range(1, count + 1):
+        run_event_ingest(run_id=run_id, event={"kind": "step_finished", "step": step,
+                                               "metrics": {"sent_at": time.time(), "reward_mean": 0.5}})
+        time.sleep(0.01)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trajectories", type=int, default=10_000)
+    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--events", type=int, default=200)
+    parser.add_argument("--publish", nargs=2, type=int, metavar=("RUN_ID", "COUNT"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.publish:
+        import django
+
+        django.setup()
+        publish(*args.publish)
+        return
+    _ensure_database()
+    _setup()
+    bench_latency(args.events)
+    bench_pages(args.trajectories, args.repeat)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,168 @@
+"""Rubric iteration from a terminal: score groups from a JSONL file and print scores and explanations.
+
+    python -m judging score GROUPS.jsonl --judge-model openai/gpt-4o-mini [--rubric RUBRIC.md]
+        [--api-base URL] [--api-key-env NAME] [--passes K] [--criteria CRITERIA.json] [--json]
+
+GROUPS.jsonl holds one group per line:
+    {"id": "refund-1", "trajectories": [[{"role": "user", "content": "..."}, ...], ...],
+     "tools": [...optional...], "reference": "...optional..."}
+A trajectory may also be {"id": "a", "messages": [...]}, to show its own name in the output.
+Results go to stdout (text, or one JSON object per group with --json); progress goes to stderr.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from judging.core import ConcurrencyLimit, score_group
+from judging.errors import JudgeError
+from judging.types import Criterion, GroupJudgement
+
+
+class _Traj(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: str | None = None
+    messages: list[dict[str, Any]]
+
+
+class GroupLine(BaseModel):
+    """One line of GROUPS.jsonl."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: str | None = None
+    trajectories: list[list[dict[str, Any]] | _Traj] = Field(min_length=1)
+    tools: list[dict[str, Any]] | None = None
+    reference: str | None = None
+
+    def message_lists(self) -> list[list[dict[str, Any]]]:
+        return [t.messages if isinstance(t, _Traj) else t for t in self.trajectories]
+
+    def names(self) -> list[str]:
+        return [(t.id if isinstance(t, _Traj) and t.id else f"#{i + 1}") for i, t in enumerate(self.trajectories)]
+
+
+def read_groups(path: Path) -> list[GroupLine]:
+    groups = []
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as err:
+        raise JudgeError(f"cannot read {path}: {err.strerror}") from None
+    for no, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            g = GroupLine.model_validate_json(line)
+        except ValidationError as err:
+            first = err.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "line"
+            raise JudgeError(f"{path}:{no}: {where}: {first['msg']} (expected "
+                             '{"id": ..., "trajectories": [[messages...], ...]})') from None
+        groups.append(g.model_copy(update={"id": g.id or f"line{no}"}))
+    if not groups:
+        raise JudgeError(f"{path} holds no groups")
+    return groups
+
+
+def _format(group: GroupLine, j: GroupJudgement) -> str:
+    acct = j.summary()
+    cost = "unknown" if acct["cost_usd"] is None else f"${acct['cost_usd']:.4f}"
+    head = (f"== {group.id}: {len(j.scores)} trajectories, {acct['requests']} request(s), "
+            f"tokens {acct['prompt_tokens']}+{acct['completion_tokens']}, cost {cost}"
+            + (", cached" if j.cache_hit else "") + (", all identical" if j.identical else "")
+            + (f", disagreement {j.disagreement:.3f}" if j.disagreement is not None else ""))
+    names = group.names()
+    ranked = sorted(range(len(j.scores)), key=lambda i: -j.scores[i].score)
+    lines = [head]
+    for i in ranked:
+        s = j.scores[i]
+        crit = ("  [" + ", ".join(f"{k} {v:.2f}" for k, v in s.criteria.items()) + "]") if s.criteria else ""
+        lines.append(f"  {names[i]:>6}  {s.score:.3f}{crit}  {s.explanation}")
+    return "\n".join(lines)
+
+
+async def _score_all(args: argparse.Namespace) -> int:
+    groups = read_groups(Path(args.groups))
+    try:
+        rubric = Path(args.rubric).read_text() if args.rubric else None
+        criteria = ([Criterion.model_validate(c) for c in json.loads(Path(args.criteria).read_text())]
+                    if args.criteria else None)
+    except (OSError, ValueError) as err:  # ValidationError and JSONDecodeError are ValueErrors
+        raise JudgeError(f"cannot use --rubric/--criteria: {err}") from None
+    params: dict[str, Any] = {}
+    if args.api_base:
+        params["api_base"] = args.api_base
+    if args.api_key_env:
+        if not os.environ.get(args.api_key_env):
+            raise JudgeError(f"--api-key-env {args.api_key_env}: that environment variable is not set")
+        params["api_key"] = os.environ[args.api_key_env]
+    if args.temperature is not None:
+        params["temperature"] = args.temperature
+    options: dict[str, Any] = {"passes": args.passes, "shuffle": not args.no_shuffle, "cache": not args.no_cache}
+    if args.cache_dir:
+        options["cache_dir"] = args.cache_dir
+    if criteria:
+        options["criteria"] = criteria
+    limiter = ConcurrencyLimit(args.concurrency)
+    started, done, failed = time.monotonic(), 0, 0
+
+    async def one(g: GroupLine) -> tuple[GroupLine, GroupJudgement | JudgeError]:
+        nonlocal done, failed
+        try:
+            res: GroupJudgement | JudgeError = await score_group(
+                g.message_lists(), args.judge_model, rubric=rubric, extra_litellm_params=params, tools=g.tools,
+                limiter=limiter, reference=g.reference, **options)
+        except JudgeError as err:
+            res, failed = err, failed + 1
+        done += 1
+        elapsed = time.monotonic() - started
+        eta = elapsed / done * (len(groups) - done)
+        print(f"\rscored {done}/{len(groups)} groups, {failed} failed, {elapsed:.1f}s elapsed, ETA {eta:.1f}s",
+              end="" if done < len(groups) else "\n", file=sys.stderr, flush=True)
+        return g, res
+
+    results = await asyncio.gather(*[one(g) for g in groups])
+    for g, res in results:  # printed in file order, whatever order they finished in
+        if isinstance(res, JudgeError):
+            print(json.dumps({"id": g.id, "error": str(res)}) if args.json else f"== {g.id}: FAILED: {res}")
+        elif args.json:
+            print(json.dumps({"id": g.id, **res.model_dump(), **res.summary()}))
+        else:
+            print(_format(g, res))
+    return 1 if failed else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m judging", description="Rubric Studio's judge.")
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("score", help="score the groups of a JSONL file and print scores and explanations")
+    s.add_argument("groups", help="JSONL file, one group per line (see docs/judging.md)")
+    s.add_argument("--judge-model", required=True, help="any litellm model string, e.g. openai/gpt-4o-mini")
+    s.add_argument("--rubric", help="a text file with the rubric (default: the built-in rubric)")
+    s.add_argument("--criteria", help='JSON file: [{"name": ..., "description": ..., "weight": ...}, ...]')
+    s.add_argument("--api-base", help="base URL of an OpenAI-compatible judge API (…/v1)")
+    s.add_argument("--api-key-env", help="name of the environment variable holding the API key")
+    s.add_argument("--temperature", type=float)
+    s.add_argument("--passes", type=int, default=1, help="judge each group k times in different orders")
+    s.add_argument("--no-shuffle", action="store_true", help="present trajectories in file order")
+    s.add_argument("--no-cache", action="store_true", help="always ask the judge, ignoring the disk cache")
+    s.add_argument("--cache-dir", help="judge cache directory (default $RUBRIC_STUDIO_JUDGE_CACHE or ~/.cache)")
+    s.add_argument("--concurrency", type=int, default=4, help="judge requests in flight at once")
+    s.add_argument("--json", action="store_true", help="one JSON object per group instead of text")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return asyncio.run(_score_all(args))
+    except JudgeError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2

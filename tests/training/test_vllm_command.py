@@ -1,0 +1,63 @@
+"""How the engine starts vLLM: CPU flags only on CPU, LoRA rank rounding, extra flags, clear errors."""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from training.config import ServerConfig
+from training.errors import TrainingError
+from training.servers.vllm import is_cpu_build, lora_rank_arg, vllm_command
+
+
+def command_for(**config: object) -> tuple[list[str], dict]:
+    return vllm_command(ServerConfig(kind="vllm", python=sys.executable, **config), "/models/base", 8123, "base")
+
+
+def test_the_cpu_build_gets_float32_eager_and_a_small_kv_cache() -> None:
+    command, env = command_for(vllm_device="cpu", cpu_kvcache_gb=2)
+    assert command[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+    assert command[command.index("--dtype") + 1] == "float32"
+    assert "--enforce-eager" in command
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "2"
+    assert env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
+
+
+def test_a_gpu_gets_none_of_the_cpu_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    command, env = command_for(vllm_device="gpu", extra_args=["--gpu-memory-utilization", "0.5"])
+    assert "--dtype" not in command and "--enforce-eager" not in command
+    assert "VLLM_CPU_KVCACHE_SPACE" not in env
+    assert command[-2:] == ["--gpu-memory-utilization", "0.5"]
+    assert ["--enable-lora", "--max-lora-rank", "8"] == command[command.index("--enable-lora"):][:3]
+    assert command[command.index("--served-model-name") + 1] == "base"
+
+
+def test_auto_asks_the_vllm_environment_whether_it_holds_the_cpu_build() -> None:
+    # This test's own interpreter has no vllm-cpu distribution, so it reads as a GPU environment.
+    assert is_cpu_build(sys.executable) is False
+    command, _ = command_for()
+    assert "--enforce-eager" not in command
+
+
+@pytest.mark.vllm
+def test_the_vllm_cpu_environment_reads_as_the_cpu_build() -> None:
+    python = os.environ.get("VLLM_PYTHON")
+    if not python:
+        pytest.fail("VLLM_PYTHON is not set; run `make test-vllm`")
+    assert is_cpu_build(python) is True
+
+
+def test_lora_ranks_round_up_to_one_vllm_accepts() -> None:
+    assert [lora_rank_arg(r) for r in (1, 4, 8, 9, 64, 300)] == [1, 8, 8, 16, 64, 320]
+    with pytest.raises(TrainingError, match="largest"):
+        lora_rank_arg(1024)
+
+
+def test_a_missing_vllm_interpreter_is_an_actionable_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("VLLM_PYTHON", raising=False)
+    with pytest.raises(TrainingError, match="make vllm-venv"):
+        vllm_command(ServerConfig(kind="vllm"), "/models/base", 8123, "base")
+    with pytest.raises(TrainingError, match="does not exist"):
+        vllm_command(ServerConfig(kind="vllm", python="/nowhere/bin/python"), "/models/base", 8123, "base")

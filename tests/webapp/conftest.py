@@ -1,0 +1,146 @@
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import redis
+from django.conf import settings
+
+from tests.judge_double import judge_double  # noqa: F401  (fixture)
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPTED_ENGINE = "tests.webapp.scripted_engine:train"
+
+
+@pytest.fixture
+def scripted_engine(settings):
+    settings.STUDIO_ENGINE = SCRIPTED_ENGINE
+    return SCRIPTED_ENGINE
+
+
+@pytest.fixture
+def inprocess_executor(settings):
+    """The embedded executor and channel layer, on the test database."""
+    from channels.layers import channel_layers
+
+    settings.STUDIO_EXECUTOR = "inprocess"
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "webapp.live.layers.ThreadSafeInMemoryChannelLayer"}}
+    channel_layers.backends.clear()
+    yield
+    from webapp.execution.executors import wait_idle
+
+    wait_idle(timeout=120)
+    channel_layers.backends.clear()
+
+
+def _worker_env(engine: str | None) -> dict[str, str]:
+    from django.db import connection
+
+    db = connection.settings_dict
+    env = dict(os.environ)
+    env["DATABASE_URL"] = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}"
+    env["DJANGO_SETTINGS_MODULE"] = "tests.webapp.settings"
+    env["PYTHONPATH"] = str(ROOT)
+    if engine:
+        env["STUDIO_ENGINE"] = engine
+    return env
+
+
+@pytest.fixture
+def start_celery_worker(transactional_db):
+    """Starts a real Celery worker (subprocess) consuming queue `gpu` from Redis, on the test database;
+    `engine` picks the engine its runs use. Stopped (or found killed) at the end of the test."""
+    procs: list[subprocess.Popen] = []
+
+    def start(engine: str | None = None, queue: str = "gpu") -> subprocess.Popen:
+        redis.Redis.from_url(settings.REDIS_URL).delete(queue)  # stale messages of an earlier test
+        log_path = Path(settings.VAR_DIR) / f"celery-worker-{len(procs)}.log"
+        log = open(log_path, "w")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "webapp.celery_app", "worker", "-Q", queue, "--concurrency", "1",
+             "--prefetch-multiplier", "1", "-n", f"test-{queue}-{os.getpid()}-{len(procs)}@%h", "--loglevel", "INFO",
+             "--without-gossip", "--without-mingle", "--without-heartbeat"],
+            cwd=ROOT, env=_worker_env(engine), stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: a test can kill the worker with its pool and engine
+        )
+        proc.log_path = log_path  # type: ignore[attr-defined]
+        procs.append(proc)
+        deadline = time.monotonic() + 60
+        while "ready." not in log_path.read_text():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                pytest.fail(f"the Celery worker did not start:\n{log_path.read_text()[-3000:]}")
+            time.sleep(0.2)
+        return proc
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever the worker left behind (pool child, engine)
+        except ProcessLookupError:
+            pass
+
+
+def wait_for(predicate, timeout: float = 60.0, interval: float = 0.1, message: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {message}")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir() -> Path:
+    from training.tiny_model import ensure_tiny_model
+
+    return ensure_tiny_model(ROOT / "var" / "tiny-model")
+
+
+@pytest.fixture
+def tiny_run(tiny_model_dir):
+    """Launches a real run on the tiny model playing 2048 (the demo's task, small settings)."""
+    from training.demo import demo_config
+
+    from tests.webapp.factories import project_factory
+    from webapp.models import Agent, Scenario, ScenarioSet
+    from webapp.services.runs import run_launch
+
+    def launch(*, steps: int = 2, project=None, judge_config=None, rubric_version=None):
+        demo = demo_config(out_dir="unused", steps=steps, model_dir=tiny_model_dir)
+        project = project or project_factory()
+        agent = Agent.objects.create(project=project, name="tiny 2048 player", base_model=str(tiny_model_dir),
+                                     system_prompt=demo.system_prompt, environment_kind=demo.environment.kind,
+                                     environment_options=demo.environment.options, max_tokens=16)
+        scenario_set = ScenarioSet.objects.create(project=project, name="2048 games")
+        Scenario.objects.bulk_create(Scenario(scenario_set=scenario_set, external_id=s.id, user_message=s.user_message,
+                                              metadata=s.metadata) for s in demo.scenarios[:4])
+        return run_launch(user=project.owner, project=project, name="tiny", agent=agent, scenario_set=scenario_set,
+                          judge_config=judge_config, rubric_version=rubric_version, steps=steps, group_size=4,
+                          groups_per_step=2, learning_rate=demo.grpo.learning_rate,
+                          overrides={"device": "cpu", "lora": demo.lora.model_dump()})
+
+    return launch
+
+
+@pytest.fixture(autouse=True)
+async def _close_async_helper_connections():
+    """sync_to_async runs ORM calls on one shared thread; its connection must not outlive the test (else the
+    test database cannot be dropped at the end)."""
+    yield
+    from asgiref.sync import sync_to_async
+    from django.db import connections
+
+    await sync_to_async(connections.close_all)()

@@ -1,0 +1,77 @@
+"""Factories for the web app's models: each builds a valid object with overridable fields."""
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from django.contrib.auth import get_user_model
+
+from webapp.models import (
+    Agent, JudgeConfig, Membership, Project, Role, Rubric, RubricVersion, Run, Scenario, ScenarioSet,
+)
+from webapp.services.run_config import run_config_build
+
+_n = itertools.count(1)
+PASSWORD = "correct-horse-battery"
+
+
+def user_factory(**fields: Any):
+    n = next(_n)
+    fields.setdefault("username", f"user{n}")
+    return get_user_model().objects.create_user(password=PASSWORD, **fields)
+
+
+def project_factory(*, owner=None, **fields: Any) -> Project:
+    owner = owner or user_factory()
+    project = Project.objects.create(owner=owner, name=fields.pop("name", f"project {next(_n)}"), **fields)
+    Membership.objects.create(project=project, user=owner, role=Role.EDITOR)
+    return project
+
+
+def member_factory(*, project: Project, role: str = Role.VIEWER, user=None):
+    user = user or user_factory()
+    Membership.objects.create(project=project, user=user, role=role)
+    return user
+
+
+def agent_factory(*, project: Project, **fields: Any) -> Agent:
+    fields.setdefault("name", f"agent {next(_n)}")
+    fields.setdefault("base_model", "var/tiny-model")
+    fields.setdefault("system_prompt", "Answer briefly.")
+    return Agent.objects.create(project=project, **fields)
+
+
+def scenario_set_factory(*, project: Project, scenarios: int = 3, **fields: Any) -> ScenarioSet:
+    fields.setdefault("name", f"scenarios {next(_n)}")
+    scenario_set = ScenarioSet.objects.create(project=project, **fields)
+    for i in range(scenarios):
+        Scenario.objects.create(scenario_set=scenario_set, external_id=f"s{i + 1}", user_message=f"Question {i + 1}?")
+    return scenario_set
+
+
+def rubric_factory(*, project: Project, text: str = "Prefer concise, correct answers.", criteria=None) -> Rubric:
+    rubric = Rubric.objects.create(project=project, name=f"rubric {next(_n)}")
+    RubricVersion.objects.create(rubric=rubric, number=1, text=text, criteria=criteria or [])
+    return rubric
+
+
+def judge_factory(*, project: Project, **fields: Any) -> JudgeConfig:
+    fields.setdefault("name", f"judge {next(_n)}")
+    fields.setdefault("model", "openai/judge")
+    return JudgeConfig.objects.create(project=project, **fields)
+
+
+def run_factory(*, project: Project | None = None, status: str = "queued", steps: int = 2,
+                overrides: dict | None = None, **fields: Any) -> Run:
+    """A run row with a config the engine accepts (nothing is enqueued)."""
+    project = project or project_factory()
+    agent = fields.pop("agent", None) or agent_factory(project=project)
+    scenario_set = fields.pop("scenario_set", None) or scenario_set_factory(project=project)
+    judge = fields.pop("judge_config", None)
+    rubric_version = fields.pop("rubric_version", None)
+    config = run_config_build(name=fields.pop("name", "test-run"), agent=agent, scenario_set=scenario_set,
+                              rubric_version=rubric_version, judge=judge, steps=steps, group_size=2,
+                              groups_per_step=2, learning_rate=1e-3, overrides=overrides)
+    return Run.objects.create(project=project, name=config["name"], agent=agent, scenario_set=scenario_set,
+                              judge_config=judge, rubric_version=rubric_version, config=config, status=status,
+                              total_steps=steps, **fields)

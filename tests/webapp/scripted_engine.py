@@ -1,0 +1,63 @@
+"""A stand-in engine for tests of the web app's execution paths: the real event contract (training.events),
+the real control protocol, a checkpoint directory per step, no model. `python manage.py` never uses it; tests
+select it with STUDIO_ENGINE=tests.webapp.scripted_engine:train. Runs that need learning use the real engine.
+
+config.environment.options may hold {"phase_s": seconds per phase} to give a test time to pause or kill.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from training.config import RunConfig
+from training.events import (
+    CheckpointSaved, GroupRolledOut, GroupScored, RunFinished, RunStarted, StepFinished, TrainStep,
+)
+
+
+async def _go(control, delay: float) -> bool:
+    await asyncio.sleep(delay)
+    while control.state() == "pause":
+        await asyncio.sleep(0.05)
+    return control.state() != "cancel"
+
+
+async def train(config: RunConfig, *, scorer=None, sink, control, review=None):
+    delay = float(config.environment.options.get("phase_s", 0.0))
+    out = Path(config.output_dir)
+    done = sorted(int(p.name) for p in out.glob("[0-9]*") if p.is_dir())
+    start = (done[-1] + 1) if done else 1
+    sink(RunStarted(run_name=config.name, start_step=start, total_steps=config.steps, resumed=bool(done)))
+    step = start
+    for step in range(start, config.steps + 1):
+        if not await _go(control, delay):
+            sink(RunFinished(status="cancelled", steps_done=step - 1))
+            return
+        for g in range(config.grpo.groups_per_step):
+            scenario = config.scenarios[(step + g) % len(config.scenarios)]
+            rewards = [round((i + step) / (config.grpo.group_size + step), 3) for i in range(config.grpo.group_size)]
+            sink(GroupRolledOut(step=step, group_index=g, scenario_id=scenario.id, model=config.name, trajectories=len(rewards),
+                                errors=[]))
+            mean = sum(rewards) / len(rewards)
+            trajectories = [{
+                "scenario_id": scenario.id, "tools": None, "turn_token_ids": [], "env_reward": r,
+                "judge_score": None, "explanation": f"answer {i} of step {step}", "criteria": {}, "reward": r,
+                "advantage": r - mean, "metadata": {}, "error": None, "completion_tokens": 5,
+                "messages": [{"role": "system", "content": config.system_prompt},
+                             {"role": "user", "content": scenario.user_message},
+                             {"role": "assistant", "content": f"attempt {i}"}],
+            } for i, r in enumerate(rewards)]
+            sink(GroupScored(step=step, group_index=g, scenario_id=scenario.id, trajectories=trajectories,
+                             reward_mean=mean, reward_std=0.1, skipped=False))
+        if not await _go(control, delay):
+            sink(RunFinished(status="cancelled", steps_done=step - 1))
+            return
+        sink(TrainStep(step=step, metrics={"loss": 0.5 / step, "kl": 0.0, "clip_fraction": 0.0, "grad_norm": 1.0}))
+        path = out / f"{step:04d}"
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "adapter_config.json").write_text(json.dumps({"r": 8}))
+        sink(CheckpointSaved(step=step, path=str(path), adapter_name=f"{config.name}@{step}"))
+        sink(StepFinished(step=step, metrics={"reward_mean": 0.3 + 0.1 * step, "reward_std": 0.1, "env_mean": 0.3,
+                                              "loss": 0.5 / step, "kl": 0.0, "skipped_groups": 0}))
+    sink(RunFinished(status="completed", steps_done=config.steps))

@@ -1,0 +1,151 @@
+"""The whole product in a real browser (Debian chromium driven by Playwright, headless): log in, build an agent,
+upload scenarios, write a rubric, add the judge (an HTTP double), launch a run on the tiny model, watch groups and
+the reward chart arrive without a reload, pause and resume. Screenshots go to var/screenshots/."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.judge_double import JudgeDouble, marker_or_brevity
+from tests.webapp.conftest import ROOT, _worker_env, wait_for
+from tests.webapp.factories import PASSWORD, project_factory
+from webapp.models import Run, RunStatus
+
+CHROMIUM = "/usr/bin/chromium"
+SHOTS = ROOT / "var" / "screenshots"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-quic", "--no-first-run",
+        "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
+
+pytestmark = [pytest.mark.django_db(transaction=True),
+              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium (make system-deps)")]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def server(tmp_path):
+    """daphne serving the app on the test database, embedded executor and channel layer (runs in-process)."""
+    port = _free_port()
+    env = _worker_env(None)
+    env.update({"REDIS_URL": "", "STUDIO_EXECUTOR": "inprocess", "RUBRIC_STUDIO_JUDGE_CACHE": str(tmp_path / "cache")})
+    log = open(tmp_path / "daphne.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+                             "webapp.asgi:application"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    wait_for(lambda: _up(port), timeout=30, message="daphne to listen")
+    yield base
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+def _up(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_a_user_builds_a_run_in_the_browser_and_watches_it_learn_live(server, tiny_model_dir, tmp_path):
+    from playwright.sync_api import expect, sync_playwright
+    from training.tiny_model import DEMO_SYSTEM_PROMPT, DEMO_USER_MESSAGE
+
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    project = project_factory(name="Browser project")
+    scenarios = tmp_path / "games.jsonl"
+    scenarios.write_text("".join(json.dumps({"id": f"game-{k}", "user_message": DEMO_USER_MESSAGE,
+                                             "metadata": json.dumps({"seed": 1000 + k})}) + "\n" for k in range(4)))
+    with JudgeDouble(responder=JudgeDouble.score_by(marker_or_brevity)) as judge, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.set_default_timeout(30_000)
+
+        page.goto(server + "/login/")
+        page.fill("#id_username", project.owner.username)
+        page.fill("#id_password", PASSWORD)
+        page.click("button[type=submit]")
+        page.click("text=Browser project")
+
+        page.click("text=New agent")
+        page.fill("#id_name", "2048 player")
+        page.fill("#id_base_model", str(tiny_model_dir))
+        page.fill("#id_system_prompt", DEMO_SYSTEM_PROMPT)
+        page.select_option("#id_environment_kind", "game_2048")
+        page.fill("#id_temperature", "9")  # inline validation flags it before saving
+        page.locator("#id_temperature").blur()
+        expect(page.locator("#err-temperature")).to_contain_text("less than or equal to 2")
+        page.fill("#id_temperature", "1")
+        page.fill("#id_environment_options", '{"winning_tile": 64, "max_turns": 6}')
+        page.fill("#id_max_tokens", "16")
+        page.click("button:has-text('Save')")
+        expect(page.locator(".messages")).to_contain_text("agent '2048 player' created")
+
+        page.click("text=New scenario set")
+        page.fill("#id_name", "2048 games")
+        page.click("button:has-text('Save')")
+        page.set_input_files("#upload-form input[type=file]", str(scenarios))
+        page.click("#upload-form button")
+        expect(page.locator(".messages")).to_contain_text("imported 4 scenarios")
+
+        page.click("header >> text=Browser project")
+        page.click("text=New rubric")
+        page.fill("#id_name", "good moves")
+        page.fill("#id_text", "Prefer a legal move in the requested format, with nothing else.")
+        page.click("button:has-text('Save')")
+        expect(page.locator("h1")).to_contain_text("Rubric: good moves")
+
+        page.click("header >> text=Browser project")
+        page.click("text=New judge")
+        page.fill("#id_name", "double")
+        page.fill("#id_model", judge.model)
+        page.fill("#id_api_base", judge.api_base)
+        page.fill("#id_api_key", "test")
+        page.click("button:has-text('Save')")
+
+        page.click("text=Launch a run")
+        page.fill("#id_name", "browser-run")
+        page.select_option("#id_rubric", label="good moves")
+        page.select_option("#id_judge_config", label="double (openai/judge)")
+        page.fill("#id_steps", "4")
+        page.fill("#id_learning_rate", "0.002")
+        page.fill("#id_overrides", '{"device": "cpu"}')
+        page.click("#launch")
+        expect(page.locator("#run-status")).to_have_text("Running", timeout=60_000)
+        page.evaluate("window.__sameDocument = true")  # gone if anything reloads the page
+
+        # Groups stream in with the judge's explanations; the chart gains points; no reload happens.
+        expect(page.locator(".group").first).to_be_visible(timeout=120_000)
+        expect(page.locator(".group .explanation").first).to_contain_text("rule gave")
+        page.wait_for_function("Number(document.getElementById('reward-chart').dataset.points) >= 1", timeout=120_000)
+        page.screenshot(path=str(SHOTS / "run-live.png"), full_page=True)
+
+        page.click("#pause")
+        expect(page.locator("#run-status")).to_have_text("Paused")
+        paused_points = int(page.get_attribute("#reward-chart", "data-points"))
+        page.screenshot(path=str(SHOTS / "run-paused.png"), full_page=True)
+        page.click("#resume")
+        expect(page.locator("#run-status")).to_have_text("Completed", timeout=180_000)
+        page.wait_for_function("Number(document.getElementById('reward-chart').dataset.points) >= 4")
+        assert int(page.get_attribute("#reward-chart", "data-points")) > paused_points
+        assert page.evaluate("window.__sameDocument") is True
+        assert page.locator("#step-table tbody tr").count() == 4
+        page.screenshot(path=str(SHOTS / "run-completed.png"), full_page=True)
+
+        page.locator(".group .trajectory a").first.click()
+        expect(page.locator("h1")).to_contain_text("Trajectory #1")
+        page.screenshot(path=str(SHOTS / "trajectory.png"), full_page=True)
+        browser.close()
+
+    run = Run.objects.get(name="browser-run")
+    assert run.status == RunStatus.COMPLETED and run.judge_calls.count() >= 8
+    assert run.rubric_version.text.startswith("Prefer a legal move")
+    assert judge.requests and all("Prefer a legal move" in r.prompt_text for r in judge.requests)  # the rubric
+    assert run.judge_calls.filter(prompt_tokens=120, completion_tokens=30).count() == run.judge_calls.count()

@@ -1,0 +1,154 @@
+"""Runs executed for real: the in-process executor (embedded default) and Celery workers on Redis."""
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
+
+from tests.webapp.conftest import SCRIPTED_ENGINE, wait_for
+from tests.webapp.factories import agent_factory, project_factory, scenario_set_factory
+from webapp.asgi import application
+from webapp.execution.executors import wait_idle
+from webapp.execution.runner import run_execute
+from webapp.models import Run, RunStatus
+from webapp.services import runs as run_services
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _launch(*, steps: int = 2, phase_s: float = 0.0, project=None, **overrides) -> Run:
+    project = project or project_factory()
+    agent = agent_factory(project=project, environment_options={"phase_s": phase_s} if phase_s else {})
+    return run_services.run_launch(
+        user=project.owner, project=project, name="exec test", agent=agent,
+        scenario_set=scenario_set_factory(project=project), steps=steps, group_size=2, groups_per_step=2,
+        learning_rate=1e-3, overrides=overrides or None)
+
+
+def _status(run: Run) -> str:
+    return Run.objects.values_list("status", flat=True).get(pk=run.pk)
+
+
+def _socket(user, run_id: int, after: int = 0) -> WebsocketCommunicator:
+    client = WebsocketCommunicator(application, f"/ws/runs/{run_id}/?after={after}",
+                                   headers=[(b"host", b"localhost"), (b"origin", b"http://localhost")])
+    client.scope["user"] = user
+    return client
+
+
+async def _kinds_until(client: WebsocketCommunicator, last_kind: str, timeout: float = 60) -> list[dict]:
+    messages = []
+    while True:
+        message = await client.receive_json_from(timeout=timeout)
+        messages.append(message)
+        if message["kind"] in (last_kind, "run_failed"):
+            return messages
+
+
+async def test_the_in_process_executor_runs_a_launched_run_and_streams_it(inprocess_executor, scripted_engine):
+    project = await sync_to_async(project_factory)()
+    # The page is open before the run starts: it sees every event live, in order.
+    run = await sync_to_async(_launch)(project=project)
+    client = _socket(await sync_to_async(lambda: project.owner)(), run.id)
+    assert (await client.connect())[0]
+    messages = await _kinds_until(client, "run_finished")
+    kinds = [m["kind"] for m in messages]
+    assert kinds.count("group_scored") == 4 and kinds.count("step_finished") == 2
+    assert [m["seq"] for m in messages] == sorted(m["seq"] for m in messages)
+    assert messages[-1]["data"]["run"]["status"] == RunStatus.COMPLETED
+    await client.disconnect()
+    await sync_to_async(wait_idle)(timeout=30)
+    assert await sync_to_async(_status)(run) == RunStatus.COMPLETED
+
+
+def test_pausing_holds_the_engine_and_resuming_lets_it_finish(inprocess_executor, scripted_engine):
+    run = _launch(steps=3, phase_s=0.2)
+    wait_for(lambda: _status(run) == RunStatus.RUNNING, message="the run to start")
+    run_services.run_pause(user=run.project.owner, run=run)
+    wait_for(lambda: run.events.filter(kind="step_finished").exists() or True)
+    seen = run.events.count()
+    import time
+
+    time.sleep(1.0)  # the engine holds at its next phase boundary; at most one phase's events follow
+    held = run.events.count()
+    time.sleep(1.0)
+    assert run.events.count() == held and _status(run) == RunStatus.PAUSED
+    assert held - seen <= 3
+    run_services.run_resume(user=run.project.owner, run=run)
+    wait_idle(timeout=60)
+    run.refresh_from_db()
+    assert run.status == RunStatus.COMPLETED and run.steps_done == 3
+
+
+def test_cancelling_a_running_run_stops_it_as_cancelled(inprocess_executor, scripted_engine):
+    run = _launch(steps=50, phase_s=0.1)
+    wait_for(lambda: run.events.filter(kind="group_scored").exists(), message="a first group")
+    run_services.run_cancel(user=run.project.owner, run=run)
+    wait_idle(timeout=60)
+    run.refresh_from_db()
+    assert run.status == RunStatus.CANCELLED and run.steps_done < 50
+
+
+def test_a_second_delivery_of_the_same_run_is_a_no_op(scripted_engine):
+    run = _launch()  # on_commit enqueues to Redis, where no worker listens in this test
+    assert run_execute(run_id=run.id, worker="first") == RunStatus.COMPLETED
+    events = run.events.count()
+    assert run_execute(run_id=run.id, worker="second") == "skipped"
+    assert run.events.count() == events
+
+
+def test_an_engine_that_cannot_start_fails_the_run_with_the_reason(settings):
+    settings.STUDIO_ENGINE = "tests.webapp.no_such_engine:train"
+    run = _launch()
+    assert run_execute(run_id=run.id, worker="w") == RunStatus.FAILED
+    run.refresh_from_db()
+    assert "No module named 'tests.webapp.no_such_engine'" in run.error
+    assert run.events.filter(kind="run_failed").exists()
+
+
+async def test_a_celery_worker_runs_the_real_engine_and_a_late_client_gets_the_replay(start_celery_worker, tiny_run):
+    await sync_to_async(start_celery_worker)()
+    run = await sync_to_async(tiny_run)(steps=2)
+    owner = await sync_to_async(lambda: run.project.owner)()
+    early = _socket(owner, run.id)
+    assert (await early.connect())[0]
+    live = await _kinds_until(early, "run_finished", timeout=240)
+    kinds = [m["kind"] for m in live]
+    assert kinds[0] == "status" and "run_started" in kinds
+    assert kinds.count("group_scored") == 4 and kinds.count("step_finished") == 2
+    scored = next(m for m in live if m["kind"] == "group_scored")["data"]
+    assert len(scored["trajectories"]) == 4 and all(t["env_reward"] is not None for t in scored["trajectories"])
+    assert live[-1]["data"]["status"] == "completed"
+    await early.disconnect()
+
+    late = _socket(owner, run.id)  # joins after the run ended: the whole run is replayed from RunEvent
+    assert (await late.connect())[0]
+    replay = [await late.receive_json_from(timeout=10) for _ in range(len(live))]
+    assert [m["seq"] for m in replay] == [m["seq"] for m in live]
+    assert await late.receive_nothing(timeout=0.3)
+    await late.disconnect()
+    worker = await sync_to_async(lambda: Run.objects.get(pk=run.pk).worker)()
+    assert worker.startswith("celery@")
+
+
+def test_a_killed_worker_leaves_the_run_crashed_and_resume_continues_from_its_checkpoint(start_celery_worker):
+    worker = start_celery_worker(SCRIPTED_ENGINE)
+    run = _launch(steps=4, phase_s=0.4)
+    wait_for(lambda: run.checkpoints.exists(), timeout=60, message="a first checkpoint")
+    os.killpg(worker.pid, signal.SIGKILL)  # the machine dies: worker, pool and engine, without a goodbye
+    wait_for(lambda: run_services.runs_reap_stale() or _status(run) == RunStatus.CRASHED, timeout=30,
+             interval=0.5, message="the reaper to mark the run crashed")
+    run.refresh_from_db()
+    assert run.status == RunStatus.CRASHED and "heartbeats" in run.error
+    done = run.checkpoints.count()
+
+    start_celery_worker(SCRIPTED_ENGINE)
+    run_services.run_resume(user=run.project.owner, run=run)
+    wait_for(lambda: _status(run) == RunStatus.COMPLETED, timeout=90, message="the resumed run to complete")
+    resumed = run.events.filter(kind="run_started").order_by("-seq").first().payload
+    assert resumed["resumed"] is True and resumed["start_step"] == done + 1
+    assert run.checkpoints.count() == 4
+    assert Run.objects.get(pk=run.pk).attempts == 2

@@ -1,0 +1,131 @@
+"""Engine events → RunEvent rows + domain rows → websocket clients (live and late), through channels_redis."""
+from __future__ import annotations
+
+import pytest
+from channels.testing import WebsocketCommunicator
+from asgiref.sync import sync_to_async
+
+from training.events import CheckpointSaved, GroupScored, RunFinished, RunStarted, StepFinished
+from webapp.asgi import application
+from webapp.live.ingest import run_event_ingest
+from webapp.models import Checkpoint, RunEvent, RunStatus, Step, Trajectory, TrajectoryGroup
+from tests.webapp.factories import member_factory, run_factory, user_factory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _group(step: int, index: int, rewards: list[float], explanation: str = "fine") -> GroupScored:
+    trajectories = [{"scenario_id": "s1", "messages": [{"role": "assistant", "content": f"answer {i}"}],
+                     "env_reward": r, "judge_score": r, "explanation": f"{explanation} {i}", "criteria": {"clarity": r},
+                     "reward": r, "advantage": r - 0.5, "error": None, "completion_tokens": 3, "metadata": {}}
+                    for i, r in enumerate(rewards)]
+    return GroupScored(step=step, group_index=index, scenario_id="s1", trajectories=trajectories,
+                       reward_mean=sum(rewards) / len(rewards), reward_std=0.2, skipped=False)
+
+
+def _ingest(run, event) -> RunEvent:
+    return run_event_ingest(run_id=run.id, event=event.to_dict())
+
+
+def _connect(user, run, after: int = 0) -> WebsocketCommunicator:
+    communicator = WebsocketCommunicator(application, f"/ws/runs/{run.id}/?after={after}",
+                                         headers=[(b"host", b"localhost"), (b"origin", b"http://localhost")])
+    communicator.scope["user"] = user
+    return communicator
+
+
+def test_ingesting_a_scored_group_stores_ranked_trajectories_and_a_compact_event():
+    run = run_factory(status=RunStatus.RUNNING)
+    event = _ingest(run, _group(1, 0, [0.2, 0.9, 0.5]))
+    group = TrajectoryGroup.objects.get(run=run)
+    ranked = list(group.trajectories.order_by("rank").values_list("reward", flat=True))
+    assert ranked == [0.9, 0.5, 0.2]
+    assert event.seq == 1 and event.kind == "group_scored"
+    assert [t["reward"] for t in event.payload["trajectories"]] == [0.9, 0.5, 0.2]
+    assert "messages" not in event.payload["trajectories"][0]  # full messages stay in Trajectory rows
+
+
+def test_a_step_a_checkpoint_and_the_end_of_a_run_update_the_run_row():
+    run = run_factory(status=RunStatus.RUNNING, steps=1)
+    _ingest(run, RunStarted(run_name="r", start_step=1, total_steps=1, resumed=False))
+    _ingest(run, _group(1, 0, [0.1, 0.3]))
+    _ingest(run, CheckpointSaved(step=1, path="/tmp/x", adapter_name="r@1"))
+    _ingest(run, StepFinished(step=1, metrics={"reward_mean": 0.2, "reward_std": 0.1, "loss": 0.7}))
+    _ingest(run, RunFinished(status="completed", steps_done=1))
+    run.refresh_from_db()
+    assert run.status == RunStatus.COMPLETED and run.steps_done == 1 and run.finished_at is not None
+    assert Step.objects.get(run=run, index=1).metrics["loss"] == 0.7
+    assert Checkpoint.objects.get(run=run).adapter_name == "r@1"
+    assert list(run.events.values_list("seq", flat=True)) == [1, 2, 3, 4, 5]
+
+
+def test_a_resumed_step_replaces_its_half_recorded_groups():
+    run = run_factory(status=RunStatus.RUNNING)
+    _ingest(run, _group(2, 0, [0.1, 0.2]))
+    _ingest(run, _group(2, 0, [0.7, 0.8, 0.9]))
+    assert TrajectoryGroup.objects.filter(run=run).count() == 1
+    assert Trajectory.objects.filter(group__run=run).count() == 3
+
+
+def test_a_nan_metric_is_stored_as_missing_instead_of_breaking_the_stream():
+    run = run_factory(status=RunStatus.RUNNING)
+    event = _ingest(run, StepFinished(step=1, metrics={"reward_mean": float("nan"), "loss": 0.1}))
+    assert event.payload["metrics"]["reward_mean"] is None
+
+
+def test_run_events_are_append_only():
+    run = run_factory(status=RunStatus.RUNNING)
+    event = _ingest(run, _group(1, 0, [0.1, 0.2]))
+    event.kind = "edited"
+    with pytest.raises(RuntimeError, match="append-only"):
+        event.save()
+
+
+async def test_a_connected_client_receives_events_through_redis_as_they_are_ingested():
+    run = await sync_to_async(run_factory)(status=RunStatus.RUNNING)
+    owner = await sync_to_async(lambda: run.project.owner)()
+    client = _connect(owner, run)
+    connected, _ = await client.connect()
+    assert connected
+    await sync_to_async(_ingest)(run, _group(1, 0, [0.4, 0.6]))
+    await sync_to_async(_ingest)(run, StepFinished(step=1, metrics={"reward_mean": 0.5}))
+    first = await client.receive_json_from(timeout=5)
+    second = await client.receive_json_from(timeout=5)
+    assert (first["seq"], first["kind"]) == (1, "group_scored")
+    assert (second["seq"], second["kind"]) == (2, "step_finished")
+    assert second["data"]["metrics"]["reward_mean"] == 0.5
+    await client.disconnect()
+
+
+async def test_a_late_client_replays_only_what_it_missed_then_streams():
+    run = await sync_to_async(run_factory)(status=RunStatus.RUNNING)
+    owner = await sync_to_async(lambda: run.project.owner)()
+    for step in (1, 2, 3):
+        await sync_to_async(_ingest)(run, StepFinished(step=step, metrics={"reward_mean": step / 10}))
+    client = _connect(owner, run, after=1)
+    assert (await client.connect())[0]
+    replayed = [await client.receive_json_from(timeout=5) for _ in range(2)]
+    assert [m["seq"] for m in replayed] == [2, 3]
+    await sync_to_async(_ingest)(run, StepFinished(step=4, metrics={}))
+    assert (await client.receive_json_from(timeout=5))["seq"] == 4
+    assert await client.receive_nothing(timeout=0.3)
+    await client.disconnect()
+
+
+async def test_a_non_member_is_refused_at_the_websocket_handshake():
+    run = await sync_to_async(run_factory)(status=RunStatus.RUNNING)
+    stranger = await sync_to_async(user_factory)()
+    connected, code = await _connect(stranger, run).connect()
+    assert not connected and code == 4404
+
+
+async def test_an_anonymous_client_is_refused_and_a_viewer_is_let_in():
+    from django.contrib.auth.models import AnonymousUser
+
+    run = await sync_to_async(run_factory)(status=RunStatus.RUNNING)
+    connected, code = await _connect(AnonymousUser(), run).connect()
+    assert not connected and code == 4401
+    viewer = await sync_to_async(member_factory)(project=await sync_to_async(lambda: run.project)())
+    client = _connect(viewer, run)
+    assert (await client.connect())[0]
+    await client.disconnect()

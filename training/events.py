@@ -1,0 +1,112 @@
+"""Typed events: the contract between the engine and whoever watches it (CLI, web app).
+
+The loop calls an injected `sink(event)` for each; `event.to_dict()` is the JSON form (with a `kind` key) that the
+web app stores as a RunEvent and streams to browsers. A sink must be quick: it runs on the loop's thread.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, ClassVar, Literal
+
+
+@dataclass
+class Event:
+    kind: ClassVar[str] = "event"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, **asdict(self)}
+
+
+@dataclass
+class RunStarted(Event):
+    kind: ClassVar[str] = "run_started"
+    run_name: str
+    start_step: int
+    total_steps: int
+    resumed: bool
+
+
+@dataclass
+class GroupRolledOut(Event):
+    kind: ClassVar[str] = "group_rolled_out"
+    step: int
+    group_index: int
+    scenario_id: str
+    model: str  # the served name the rollouts used: the base model or the adapter `<run>@<step>`
+    trajectories: int
+    errors: list[str]
+
+
+@dataclass
+class GroupScored(Event):
+    """A group with its scores. `trajectories` are Trajectory.to_dict() records (messages included)."""
+
+    kind: ClassVar[str] = "group_scored"
+    step: int
+    group_index: int
+    scenario_id: str
+    trajectories: list[dict[str, Any]]
+    reward_mean: float | None
+    reward_std: float | None
+    skipped: bool
+    errors: list[str] = field(default_factory=list)
+    scoring_error: str | None = None
+
+
+@dataclass
+class ReviewRequested(Event):
+    kind: ClassVar[str] = "review_requested"
+    step: int
+
+
+@dataclass
+class ReviewApplied(Event):
+    """After the review hook: the rewards each group trains on and the advantages recomputed from them.
+    `groups` holds {"group_index", "rewards", "advantages", "skipped"}, one per group, trajectories in order."""
+
+    kind: ClassVar[str] = "review_applied"
+    step: int
+    groups: list[dict[str, Any]]
+
+
+@dataclass
+class TrainStep(Event):
+    kind: ClassVar[str] = "train_step"
+    step: int
+    metrics: dict[str, float]
+
+
+@dataclass
+class CheckpointSaved(Event):
+    kind: ClassVar[str] = "checkpoint_saved"
+    step: int
+    path: str
+    adapter_name: str
+
+
+@dataclass
+class StepFinished(Event):
+    kind: ClassVar[str] = "step_finished"
+    step: int
+    metrics: dict[str, Any]
+
+
+@dataclass
+class RunFinished(Event):
+    kind: ClassVar[str] = "run_finished"
+    status: Literal["completed", "cancelled"]
+    steps_done: int
+
+
+@dataclass
+class RunFailed(Event):
+    kind: ClassVar[str] = "run_failed"
+    step: int
+    error: str
+
+
+EventSink = Callable[[Event], None]
+
+
+def null_sink(event: Event) -> None:
+    """A sink that ignores everything (the default)."""

@@ -1,0 +1,67 @@
+"""GRPO as small pure functions (researchers call these directly; the names are public API).
+
+Shapes: G = trajectories in a group, B = sequences in a batch, T = tokens per sequence.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+
+def group_advantages(rewards: Sequence[float] | torch.Tensor, *, scale: bool = True, eps: float = 1e-6) -> torch.Tensor:
+    """rewards [G] -> advantages [G]: r - mean(r), divided by (population std + eps) when `scale`.
+
+    A group whose rewards are all equal gets all-zero advantages: it carries no learning signal.
+    """
+    r = torch.as_tensor(rewards, dtype=torch.float32)  # [G]
+    centered = r - r.mean()
+    if not scale:
+        return centered
+    return centered / (r.std(unbiased=False) + eps)
+
+
+def policy_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+    ref_logprobs: torch.Tensor | None = None,
+    beta: float = 0.0,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Clipped surrogate (+ beta × k3 KL to a reference), averaged over the unmasked tokens of the batch.
+
+    logprobs, old_logprobs, ref_logprobs, mask: [B, T]; advantages: [B].
+    Per token: -min(ρA, clip(ρ, 1-eps_low, 1+eps_high)A) with ρ = exp(logprobs - old_logprobs).
+    """
+    mask = mask.to(logprobs.dtype)
+    tokens = mask.sum().clamp(min=1.0)
+    adv = advantages.to(logprobs.dtype).unsqueeze(-1)  # [B, 1]
+    ratio = torch.exp(logprobs - old_logprobs)  # [B, T]
+    unclipped = ratio * adv
+    clipped = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * adv
+    per_token = -torch.minimum(unclipped, clipped)  # [B, T]
+    # The clip is active where the clipped branch is the smaller one and differs from the unclipped one.
+    clip_active = ((ratio < 1.0 - eps_low) & (adv < 0)) | ((ratio > 1.0 + eps_high) & (adv > 0))
+    kl = torch.zeros_like(per_token)
+    if ref_logprobs is not None:
+        delta = ref_logprobs - logprobs
+        kl = torch.exp(delta) - delta - 1.0  # k3 estimator of KL(policy || reference), >= 0
+        per_token = per_token + beta * kl
+    loss = (per_token * mask).sum() / tokens
+    metrics = {
+        "clip_fraction": float((clip_active.to(mask.dtype) * mask).sum() / tokens),
+        "ratio_mean": float((ratio.detach() * mask).sum() / tokens),
+        "kl": float((kl.detach() * mask).sum() / tokens),
+    }
+    return loss, metrics
+
+
+def token_logprobs(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """input_ids [B, T] -> log p(token t | tokens < t) [B, T]; position 0 (no prediction) is 0."""
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float()  # [B, T-1, V]
+    picked = torch.gather(torch.log_softmax(logits, dim=-1), -1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    return torch.nn.functional.pad(picked, (1, 0))  # [B, T]

@@ -1,0 +1,261 @@
+"""The training loop, top to bottom: for each step, roll out every group concurrently, score each group as soon
+as it finishes (scoring overlaps the remaining rollouts), optionally wait for human review, compute GRPO
+advantages, train the LoRA adapter, save a checkpoint, hot-load it into the inference server under a new
+versioned name, report metrics. Resumes from the last checkpoint in `output_dir`.
+
+Library use: `await train(config, scorer=..., sink=..., control=..., review=...)` or `run(config, ...)`.
+The CLI is `python -m training run --config FILE.json`.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from training.checkpoints import Checkpoint, adapter_name, checkpoint_dir, commit_checkpoint, latest_checkpoint
+from training.config import RunConfig
+from training.control import Control, StaticControl
+from training.environments import RolloutConfig, get_environment, parse_options
+from training.errors import TrainingError
+from training.events import (CheckpointSaved, EventSink, GroupRolledOut, GroupScored, ReviewApplied, ReviewRequested,
+                             RunFailed,
+                             RunFinished, RunStarted, StepFinished, TrainStep, null_sink)
+from training.grpo import group_advantages
+from training.types import ReviewHook, Scenario, Scorer, Trajectory, TrajectoryGroup, env_reward_scorer
+
+
+@dataclass
+class RunSummary:
+    status: str  # completed | cancelled
+    steps_done: int
+    last_checkpoint: Checkpoint | None
+    history: list[dict[str, Any]]
+
+
+def load_scenarios(config: RunConfig) -> list[Scenario]:
+    specs = [s.model_dump() for s in config.scenarios]
+    if config.scenarios_file:
+        path = Path(config.scenarios_file)
+        if not path.exists():
+            raise TrainingError(f"scenarios_file not found: {path}")
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if line.strip():
+                try:
+                    specs.append(json.loads(line))
+                except json.JSONDecodeError as err:
+                    raise TrainingError(f"{path}:{n}: not valid JSON: {err}") from None
+    from training.config import ScenarioSpec  # validated here too: a file is input like any other
+
+    return [Scenario(**ScenarioSpec.model_validate(s).model_dump()) for s in specs]
+
+
+def scenarios_for_step(scenarios: list[Scenario], step: int, per_step: int, seed: int) -> list[Scenario]:
+    """Walks a seeded shuffle of the scenarios, epoch after epoch: the same steps get the same scenarios on resume."""
+    chosen = []
+    for i in range((step - 1) * per_step, step * per_step):
+        epoch, k = divmod(i, len(scenarios))
+        order = list(range(len(scenarios)))
+        random.Random(seed * 100003 + epoch).shuffle(order)
+        chosen.append(scenarios[order[k]])
+    return chosen
+
+
+async def wait_for_go(control: Control) -> bool:
+    """Holds while paused; False when the run is cancelled."""
+    while (state := control.state()) == "pause":
+        await asyncio.sleep(0.2)
+    return state != "cancel"
+
+
+def apply_scores(group: TrajectoryGroup, scale: bool) -> None:
+    """Sets advantages from the rewards; a group with no spread in reward is skipped (no gradient)."""
+    usable = [t for t in group.trajectories if t.error is None and t.reward is not None]
+    rewards = [t.reward for t in usable]
+    group.skipped = len(usable) < 2 or max(rewards) - min(rewards) < 1e-9
+    advantages = group_advantages(rewards, scale=scale).tolist() if usable else []
+    for t, a in zip(usable, advantages):
+        t.advantage = 0.0 if group.skipped else a
+
+
+async def rollout_group(env: Any, client: Any, model: str, scenario: Scenario, config: RolloutConfig,
+                        size: int) -> TrajectoryGroup:
+    results = await asyncio.gather(*(env.rollout(client, model, scenario, config) for _ in range(size)),
+                                   return_exceptions=True)
+    group = TrajectoryGroup(scenario=scenario, trajectories=[])
+    for r in results:
+        if isinstance(r, TrainingError):
+            raise r  # the engine itself is broken (e.g. a stale adapter): stop rather than train on it
+        if isinstance(r, BaseException):
+            group.errors.append(f"{type(r).__name__}: {r}")
+        else:
+            group.trajectories.append(r)
+    return group
+
+
+async def score_group(group: TrajectoryGroup, scorer: Scorer, scale: bool) -> float:
+    started = time.monotonic()
+    if len(group.trajectories) >= 2:
+        try:
+            scores = await scorer(group)
+            if len(scores) != len(group.trajectories):
+                raise ValueError(f"the scorer returned {len(scores)} scores for {len(group.trajectories)}")
+            for t, s in zip(group.trajectories, scores):
+                t.reward, t.judge_score, t.explanation, t.criteria = s.reward, s.judge_score, s.explanation, s.criteria
+        except Exception as err:  # noqa: BLE001 - recorded on the group and shown; the step goes on
+            group.scoring_error = f"{type(err).__name__}: {err}"
+    apply_scores(group, scale)
+    return time.monotonic() - started
+
+
+def group_event(step: int, index: int, group: TrajectoryGroup) -> GroupScored:
+    rewards = [t.reward for t in group.trajectories if t.reward is not None]
+    return GroupScored(
+        step=step, group_index=index, scenario_id=group.scenario.id,
+        trajectories=[t.to_dict() for t in group.trajectories],
+        reward_mean=statistics.fmean(rewards) if rewards else None,
+        reward_std=statistics.pstdev(rewards) if rewards else None,
+        skipped=group.skipped, errors=group.errors, scoring_error=group.scoring_error,
+    )
+
+
+def _stats(prefix: str, values: list[float]) -> dict[str, float]:
+    if not values:
+        return {}
+    return {f"{prefix}_mean": statistics.fmean(values), f"{prefix}_std": statistics.pstdev(values),
+            f"{prefix}_min": min(values), f"{prefix}_max": max(values)}
+
+
+def step_metrics(groups: list[TrajectoryGroup]) -> dict[str, float]:
+    trajectories: list[Trajectory] = [t for g in groups for t in g.trajectories]
+    metrics: dict[str, float] = {}
+    metrics |= _stats("reward", [t.reward for t in trajectories if t.reward is not None])
+    metrics |= _stats("env", [t.env_reward for t in trajectories if t.env_reward is not None])
+    metrics |= _stats("judge", [t.judge_score for t in trajectories if t.judge_score is not None])
+    metrics["skipped_groups"] = sum(g.skipped for g in groups)
+    metrics["rollout_errors"] = sum(len(g.errors) for g in groups)
+    metrics["scoring_errors"] = sum(g.scoring_error is not None for g in groups)
+    metrics["completion_tokens"] = sum(t.completion_tokens for t in trajectories)
+    return metrics
+
+
+async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventSink = null_sink,
+                control: Control | None = None, review: ReviewHook | None = None) -> RunSummary:
+    from openai import AsyncOpenAI
+
+    from training.servers import start_server
+    from training.trainer import Trainer, pick_device
+
+    out = Path(config.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    scorer = scorer or env_reward_scorer
+    control = control or StaticControl()
+    scenarios = load_scenarios(config)
+    env = get_environment(config.environment.kind)
+    rollout_config = RolloutConfig(config.system_prompt, config.sampling, parse_options(env, config.environment.options))
+    checkpoint = latest_checkpoint(out)
+    start = checkpoint.step + 1 if checkpoint else 1
+    if config.init_checkpoint and not (Path(config.init_checkpoint) / "adapter_model.safetensors").exists():
+        raise TrainingError(f"init_checkpoint {config.init_checkpoint} holds no adapter (adapter_model.safetensors)")
+    (out / "config.json").write_text(config.model_dump_json(indent=2))
+    sink(RunStarted(run_name=config.name, start_step=start, total_steps=config.steps, resumed=checkpoint is not None))
+
+    device = pick_device(config.device)
+    trainer = Trainer(config.base_model, config.lora, config.grpo, device=device, seed=config.seed)
+    server = start_server(config.server, config.base_model, out / "server.log", device=device)
+    history: list[dict[str, Any]] = []
+    step = start
+    try:
+        model = server.model_name
+        if checkpoint:
+            trainer.load(checkpoint.path)
+            server.load_adapter(checkpoint.adapter_name, checkpoint.path)
+            model = checkpoint.adapter_name
+        elif config.init_checkpoint:  # a fork: step 1 rolls out with the parent's adapter, served as <run>@0
+            trainer.load(Path(config.init_checkpoint), optimizer=False)
+            model = adapter_name(config.name, 0)
+            server.load_adapter(model, config.init_checkpoint)
+        client = AsyncOpenAI(base_url=server.base_url, api_key="unused", max_retries=2, timeout=600)
+        for step in range(start, config.steps + 1):
+            if not await wait_for_go(control):
+                break
+            started = time.monotonic()
+
+            # Roll out every group at once; score each group the moment its rollouts are done.
+            groups: list[TrajectoryGroup | None] = [None] * config.grpo.groups_per_step
+            scoring_time = 0.0
+
+            async def rollout_and_score(index: int, scenario: Scenario) -> None:
+                nonlocal scoring_time
+                group = await rollout_group(env, client, model, scenario, rollout_config, config.grpo.group_size)
+                sink(GroupRolledOut(step=step, group_index=index, scenario_id=scenario.id, model=model,
+                                    trajectories=len(group.trajectories), errors=group.errors))
+                scoring_time += await score_group(group, scorer, config.grpo.scale_rewards)
+                groups[index] = group
+                sink(group_event(step, index, group))
+
+            chosen = scenarios_for_step(scenarios, step, config.grpo.groups_per_step, config.seed)
+            await asyncio.gather(*(rollout_and_score(i, s) for i, s in enumerate(chosen)))
+            done = [g for g in groups if g is not None]
+            rollout_time = time.monotonic() - started
+            failed = sum(len(g.errors) for g in done)
+            attempted = config.grpo.group_size * len(done)
+            if failed > config.max_rollout_failures * attempted:
+                raise TrainingError(f"{failed} of {attempted} rollouts failed in step {step}; first error: "
+                                    f"{next(e for g in done for e in g.errors)}")
+
+            if review is not None:  # a person may change rewards before this step trains on them
+                sink(ReviewRequested(step=step))
+                await review(step, done)
+                for g in done:
+                    apply_scores(g, config.grpo.scale_rewards)
+                sink(ReviewApplied(step=step, groups=[
+                    {"group_index": i, "rewards": [t.reward for t in g.trajectories],
+                     "advantages": [t.advantage for t in g.trajectories], "skipped": g.skipped}
+                    for i, g in enumerate(groups) if g is not None]))
+            if not await wait_for_go(control):
+                break
+
+            t0 = time.monotonic()
+            train_metrics = await asyncio.to_thread(trainer.train_step, done)
+            train_time = time.monotonic() - t0
+            sink(TrainStep(step=step, metrics=train_metrics))
+
+            t0 = time.monotonic()
+            staging, final = checkpoint_dir(out, step).with_suffix(".partial"), checkpoint_dir(out, step)
+            name = adapter_name(config.name, step)
+            await asyncio.to_thread(trainer.save, staging, {"step": step, "adapter_name": name})
+            commit_checkpoint(staging, final)
+            checkpoint = Checkpoint(step, final, name)
+            sink(CheckpointSaved(step=step, path=str(final), adapter_name=name))
+            server.load_adapter(name, final)
+            rollout_model, model = model, name
+            if rollout_model != server.model_name:
+                server.unload_adapter(rollout_model)
+            load_time = time.monotonic() - t0
+
+            metrics = {"step": step, **step_metrics(done), **train_metrics, "time_rollout_s": rollout_time,
+                       "time_scoring_s": scoring_time, "time_train_s": train_time, "time_load_s": load_time,
+                       "time_step_s": time.monotonic() - started, "rollout_model": rollout_model, "adapter": name}
+            history.append(metrics)
+            sink(StepFinished(step=step, metrics=metrics))
+        else:
+            step = config.steps + 1
+    except Exception as err:
+        sink(RunFailed(step=step, error=f"{type(err).__name__}: {err}"))
+        raise
+    finally:
+        server.stop()
+    status = "completed" if step > config.steps else "cancelled"
+    steps_done = checkpoint.step if checkpoint else 0
+    sink(RunFinished(status=status, steps_done=steps_done))
+    return RunSummary(status=status, steps_done=steps_done, last_checkpoint=checkpoint, history=history)
+
+
+def run(config: RunConfig, **kwargs: Any) -> RunSummary:
+    """Synchronous wrapper around `train` for scripts and workers."""
+    return asyncio.run(train(config, **kwargs))

@@ -1,0 +1,151 @@
+"""Inference servers behind one OpenAI-compatible HTTP contract, and the engine's handle on them.
+
+`start_server(config, base_model, log_path)` starts (or attaches to) a server and returns an `InferenceServer`:
+its `base_url` is what an OpenAI client needs; `load_adapter` / `unload_adapter` hot-swap LoRA adapters under
+versioned names. Kinds: `local` (training.servers.local), `vllm` (training.servers.vllm), `external` (a URL).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from training.config import ServerConfig
+from training.errors import TrainingError
+
+
+class InferenceServer:
+    """A running OpenAI-compatible server (owned process or external URL)."""
+
+    def __init__(self, base_url: str, model_name: str, process: subprocess.Popen | None = None,
+                 log_path: Path | None = None) -> None:
+        self.base_url = base_url.rstrip("/")  # ends in /v1
+        self.model_name = model_name  # the served name of the base model
+        self.process = process
+        self.log_path = log_path
+        self._http = httpx.Client(timeout=120.0)
+
+    @property
+    def root_url(self) -> str:
+        return self.base_url.removesuffix("/v1")
+
+    def models(self) -> list[str]:
+        response = self._http.get(f"{self.base_url}/models")
+        response.raise_for_status()
+        return [m["id"] for m in response.json()["data"]]
+
+    def load_adapter(self, name: str, path: str | Path) -> None:
+        response = self._http.post(f"{self.base_url}/load_lora_adapter",
+                                   json={"lora_name": name, "lora_path": str(Path(path).resolve())})
+        if response.status_code != 200:
+            raise TrainingError(f"the inference server refused adapter {name!r} from {path}: {response.text}")
+        if name not in self.models():
+            raise TrainingError(f"adapter {name!r} was accepted but is not listed by {self.base_url}/models")
+
+    def unload_adapter(self, name: str) -> None:
+        response = self._http.post(f"{self.base_url}/unload_lora_adapter", json={"lora_name": name})
+        if response.status_code != 200:
+            raise TrainingError(f"the inference server could not unload adapter {name!r}: {response.text}")
+
+    def wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                raise TrainingError(f"the inference server exited with code {self.process.returncode} while "
+                                    f"starting; see {self.log_path}:\n{_tail(self.log_path)}")
+            try:
+                if self._http.get(f"{self.root_url}/health", timeout=2.0).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.25)
+        self.stop()
+        raise TrainingError(f"the inference server at {self.base_url} was not ready after {timeout_s:.0f}s; "
+                            f"see {self.log_path}")
+
+    def stop(self) -> None:
+        self._http.close()
+        if self.process is None or self.process.poll() is not None:
+            return
+        group = self.process.pid  # started in its own session: its children (vLLM's engine core) share the group
+        _signal_group(group, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            _signal_group(group, signal.SIGKILL)
+            self.process.wait()
+        # A child may outlive its parent's exit by a moment (or for good, if it ignored SIGTERM): sweep the group.
+        deadline = time.monotonic() + 5
+        while _signal_group(group, 0) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        _signal_group(group, signal.SIGKILL)
+
+    def __enter__(self) -> "InferenceServer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _signal_group(group: int, sig: int) -> bool:
+    """Signals a process group; False when no process of it is left."""
+    try:
+        os.killpg(group, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _tail(path: Path | None, lines: int = 20) -> str:
+    if path is None or not path.exists():
+        return ""
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    # A server must not outlive the engine that started it, even when the engine is killed with SIGKILL.
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+
+
+def spawn(command: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+
+
+def start_server(config: ServerConfig, base_model: str, log_path: Path, *, device: str = "cpu",
+                 served_name: str = "base") -> InferenceServer:
+    if config.kind == "external":
+        server = InferenceServer(config.url or "", served_name)
+        names = server.models()
+        if not names:
+            raise TrainingError(f"the external server {config.url} serves no model")
+        server.model_name = names[0] if served_name not in names else served_name
+        return server
+    port = config.port or free_port(config.host)
+    if config.kind == "vllm":
+        from training.servers.vllm import vllm_command
+
+        command, env = vllm_command(config, base_model, port, served_name)
+    else:
+        command = [sys.executable, "-m", "training.servers.local", "--model", base_model, "--served-model-name",
+                   served_name, "--host", config.host, "--port", str(port), "--max-lora-rank",
+                   str(config.max_lora_rank), "--device", device]
+        env = dict(os.environ)
+    server = InferenceServer(f"http://{config.host}:{port}/v1", served_name, spawn(command, env, log_path), log_path)
+    server.wait_ready(config.startup_timeout_s)
+    return server

@@ -1,0 +1,326 @@
+"""Our own OpenAI-compatible inference server on transformers + peft, for CPU, development and tests.
+
+It serves the same contract as `vllm serve --enable-lora` where the engine depends on it:
+  GET  /health, GET /v1/models
+  POST /v1/chat/completions   (n, temperature, top_p, max_tokens, stop, seed, tools, logprobs,
+                               return_token_ids -> prompt_token_ids and per-choice token_ids)
+  POST /v1/load_lora_adapter  {"lora_name", "lora_path"}   POST /v1/unload_lora_adapter {"lora_name"}
+Concurrent requests for the same model (base or adapter) are sampled together in one batch, as vLLM batches.
+
+Run: python -m training.servers.local --model DIR [--served-model-name NAME] [--port 8000] [--max-lora-rank 8]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import queue
+import re
+import sys
+import threading
+import time
+import uuid
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+BATCH_WINDOW_S = 0.005  # how long the worker waits for more requests to join a batch
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass
+class Job:
+    model: str
+    prompt: list[int]
+    max_tokens: int
+    temperature: float
+    top_p: float
+    seed: int | None
+    future: Future = field(default_factory=Future)
+
+
+class Engine:
+    """Holds the model and adapters; one worker thread runs every forward pass (and adapter change)."""
+
+    def __init__(self, model_dir: str, served_name: str, max_lora_rank: int, device: str) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.torch = torch
+        self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        self.device = device
+        self.base = AutoModelForCausalLM.from_pretrained(model_dir).to(device).eval()
+        self.model: Any = self.base  # becomes a PeftModel once an adapter is loaded
+        self.served_name = served_name
+        self.model_dir = model_dir
+        self.max_lora_rank = max_lora_rank
+        self.adapters: dict[str, str] = {}  # served name -> path
+        # peft module names cannot hold "." (a run name may), so each adapter gets a plain internal name.
+        self.peft_names: dict[str, str] = {}
+        self.loaded_count = 0
+        self.jobs: queue.Queue[Job | tuple] = queue.Queue()
+        self.context = getattr(self.base.config, "max_position_embeddings", 2048)
+        threading.Thread(target=self._work, daemon=True).start()
+
+    # Adapter changes run on the worker thread so they never race a forward pass.
+    def call(self, fn, *args) -> Any:
+        fut: Future = Future()
+        self.jobs.put((fn, args, fut))
+        return fut.result()
+
+    def load_adapter(self, name: str, path: str) -> None:
+        # Same statuses as vLLM: 400 for a name in use, 404 for a path without an adapter.
+        if name == self.served_name:
+            raise ApiError(400, f"The lora adapter '{name}' conflicts with a served base model.")
+        if name in self.adapters:
+            raise ApiError(400, f"The lora adapter '{name}' has already been loaded.")
+        config_file = Path(path) / "adapter_config.json"
+        if not config_file.exists():
+            raise ApiError(404, f"Loading lora {name} failed: No adapter found for {path}")
+        rank = json.loads(config_file.read_text()).get("r", 0)
+        if rank > self.max_lora_rank:
+            raise ApiError(400, f"LoRA rank {rank} is greater than max_lora_rank {self.max_lora_rank}.")
+        from peft import PeftModel
+
+        self.loaded_count += 1
+        peft_name = f"adapter{self.loaded_count}"
+        if self.model is self.base:
+            self.model = PeftModel.from_pretrained(self.base, path, adapter_name=peft_name).eval()
+        else:
+            self.model.load_adapter(path, adapter_name=peft_name)
+        self.adapters[name] = path
+        self.peft_names[name] = peft_name
+
+    def unload_adapter(self, name: str) -> None:
+        if name not in self.adapters:
+            raise ApiError(404, f"The lora adapter '{name}' cannot be found.")
+        self.model.delete_adapter(self.peft_names.pop(name))
+        del self.adapters[name]
+
+    def _work(self) -> None:
+        while True:
+            item = self.jobs.get()
+            if isinstance(item, tuple):
+                fn, args, fut = item
+                try:
+                    fut.set_result(fn(*args))
+                except Exception as err:  # noqa: BLE001 - handed back to the request thread
+                    fut.set_exception(err)
+                continue
+            batch = [item]
+            deadline = time.monotonic() + (BATCH_WINDOW_S if item.seed is None else 0)  # seeded: alone
+            while (left := deadline - time.monotonic()) > 0:
+                try:
+                    nxt = self.jobs.get(timeout=left)
+                except queue.Empty:
+                    break
+                if isinstance(nxt, tuple) or nxt.model != item.model or nxt.seed is not None:
+                    self.jobs.put(nxt)  # adapter changes and other models wait for the next round
+                    break
+                batch.append(nxt)
+            try:
+                samples = self._sample(batch)
+            except Exception as err:  # noqa: BLE001
+                for job in batch:
+                    job.future.set_exception(err)
+                continue
+            for job, s in zip(batch, samples):
+                job.future.set_result(s)
+
+    def _sample(self, batch: list[Job]) -> list:
+        from training.sampling import sample_batch
+
+        generator = None
+        if batch[0].seed is not None:
+            generator = self.torch.Generator().manual_seed(batch[0].seed)
+        kwargs = dict(
+            prompts=[j.prompt for j in batch], max_tokens=[j.max_tokens for j in batch],
+            temperature=[j.temperature for j in batch], top_p=[j.top_p for j in batch],
+            stop_ids={self.tokenizer.eos_token_id}, pad_id=self.tokenizer.pad_token_id, generator=generator,
+        )
+        if batch[0].model == self.served_name:
+            # With no adapter left, peft's disable_adapter() fails on its stale active name; the LoRA layers
+            # it injected pass inputs straight to the base weights then, so the base module serves as is.
+            if self.model is self.base or not self.adapters:
+                return sample_batch(self.base, **kwargs)
+            with self.model.disable_adapter():
+                return sample_batch(self.model, **kwargs)
+        self.model.set_adapter(self.peft_names[batch[0].model])
+        return sample_batch(self.model, **kwargs)
+
+    # ---- request handling (request threads) ----
+
+    def models(self) -> dict:
+        data = [{"id": self.served_name, "object": "model", "owned_by": "rubric-studio", "root": self.model_dir,
+                 "parent": None, "max_model_len": self.context}]
+        data += [{"id": n, "object": "model", "owned_by": "rubric-studio", "root": p, "parent": self.served_name}
+                 for n, p in self.adapters.items()]
+        return {"object": "list", "data": data}
+
+    def chat(self, body: dict) -> dict:
+        model = body.get("model")
+        if model != self.served_name and model not in self.adapters:
+            raise ApiError(404, f"The model `{model}` does not exist.")
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise ApiError(400, "`messages` must be a non-empty list.")
+        tools = body.get("tools") or None
+        try:
+            prompt = self.tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True,
+                                                        tokenize=False)
+        except Exception as err:  # noqa: BLE001 - a malformed message list is the caller's error
+            raise ApiError(400, f"cannot apply the chat template: {err}") from None
+        prompt_ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        room = self.context - len(prompt_ids)
+        max_tokens = body.get("max_tokens") or body.get("max_completion_tokens") or room
+        if room <= 0 or max_tokens > room:
+            raise ApiError(400, f"This model's maximum context length is {self.context} tokens; the prompt has "
+                                f"{len(prompt_ids)} and max_tokens is {max_tokens}.")
+        n = int(body.get("n") or 1)
+        temperature = float(body.get("temperature", 1.0) if body.get("temperature") is not None else 1.0)
+        top_p = float(body.get("top_p") or 1.0)
+        jobs = [Job(model, prompt_ids, int(max_tokens), temperature, top_p,
+                    None if body.get("seed") is None else int(body["seed"]) + i) for i in range(n)]
+        for job in jobs:
+            self.jobs.put(job)
+        samples = [job.future.result() for job in jobs]
+        stops = body.get("stop") or []
+        stops = [stops] if isinstance(stops, str) else stops
+        choices = [self._choice(i, s, stops, tools, body) for i, s in enumerate(samples)]
+        completion_tokens = sum(len(c["token_ids"]) for c in choices)
+        response = {
+            "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
+            "model": model, "choices": choices,
+            "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": completion_tokens,
+                      "total_tokens": len(prompt_ids) + completion_tokens},
+        }
+        if body.get("return_token_ids"):
+            response["prompt_token_ids"] = prompt_ids
+        else:
+            for c in choices:
+                del c["token_ids"]
+        return response
+
+    def _choice(self, index: int, sample: Any, stops: list[str], tools: Any, body: dict) -> dict:
+        ids, lps, finish = sample.token_ids, sample.logprobs, sample.finish_reason
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        for s in stops:  # OpenAI semantics: cut before the stop string; keep the ids that produced it
+            if s and s in text:
+                text, finish = text[: text.index(s)], "stop"
+                keep = next(k for k in range(1, len(ids) + 1) if s in self.tokenizer.decode(ids[:k]))
+                ids, lps = ids[:keep], lps[:keep]
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if tools:
+            calls = []
+            for raw in TOOL_CALL.findall(text):
+                try:
+                    parsed = json.loads(raw)
+                    calls.append({"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function", "function": {
+                        "name": str(parsed["name"]), "arguments": json.dumps(parsed.get("arguments", {}))}})
+                except (ValueError, KeyError, TypeError):
+                    continue  # not a well-formed call: it stays in the content, as the model wrote it
+            if calls:
+                message["tool_calls"] = calls
+                message["content"] = TOOL_CALL.sub("", text).strip() or None
+                finish = "tool_calls"
+        choice: dict[str, Any] = {"index": index, "message": message, "finish_reason": finish, "token_ids": ids}
+        if body.get("logprobs"):
+            choice["logprobs"] = {"content": [
+                {"token": self.tokenizer.convert_ids_to_tokens(t), "logprob": lp, "bytes": None, "top_logprobs": []}
+                for t, lp in zip(ids, lps)]}
+        else:
+            choice["logprobs"] = None
+        return choice
+
+
+class Server(ThreadingHTTPServer):
+    # socketserver's default listen backlog is 5: a loop that opens dozens of rollouts at once would see
+    # connections reset. vLLM (uvicorn) accepts a backlog of 2048.
+    request_queue_size = 2048
+    daemon_threads = True
+
+
+def make_handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True
+
+        def log_message(self, fmt: str, *args: Any) -> None:  # quiet: the engine logs what matters
+            pass
+
+        def _send(self, status: int, payload: Any) -> None:
+            body = (payload if isinstance(payload, str) else json.dumps(payload)).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json" if not isinstance(payload, str) else "text/plain")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _error(self, status: int, message: str) -> None:
+            kind = {400: "BadRequestError", 404: "NotFoundError"}.get(status, "InternalServerError")
+            self._send(status, {"error": {"message": message, "type": kind, "code": status}, "object": "error"})
+
+        def do_GET(self) -> None:  # noqa: N802
+            if self.path == "/health":
+                self._send(200, "")
+            elif self.path == "/v1/models":
+                self._send(200, engine.models())
+            else:
+                self._error(404, f"no route {self.path}")
+
+        def do_POST(self) -> None:  # noqa: N802
+            try:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}")
+                if not isinstance(body, dict):
+                    raise ApiError(400, "the request body must be a JSON object")
+                if self.path == "/v1/chat/completions":
+                    self._send(200, engine.chat(body))
+                elif self.path == "/v1/load_lora_adapter":
+                    engine.call(engine.load_adapter, str(body.get("lora_name")), str(body.get("lora_path")))
+                    self._send(200, f"Success: LoRA adapter '{body.get('lora_name')}' added successfully.")
+                elif self.path == "/v1/unload_lora_adapter":
+                    engine.call(engine.unload_adapter, str(body.get("lora_name")))
+                    self._send(200, f"Success: LoRA adapter '{body.get('lora_name')}' removed successfully.")
+                else:
+                    raise ApiError(404, f"no route {self.path}")
+            except ApiError as err:
+                self._error(err.status, str(err))
+            except json.JSONDecodeError as err:
+                self._error(400, f"invalid JSON: {err}")
+            except Exception as err:  # noqa: BLE001 - answer 500 with the cause instead of dropping the connection
+                self._error(500, f"{type(err).__name__}: {err}")
+
+    return Handler
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m training.servers.local", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, help="directory (or hub id) of the base model")
+    parser.add_argument("--served-model-name", default=None, help="name clients use for the base model")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--max-lora-rank", type=int, default=8)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    args = parser.parse_args(argv)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    engine = Engine(args.model, args.served_model_name or args.model, args.max_lora_rank, args.device)
+    server = Server((args.host, args.port), make_handler(engine))
+    print(f"serving {engine.served_name} on http://{args.host}:{server.server_port}/v1", file=sys.stderr, flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

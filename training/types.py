@@ -1,0 +1,89 @@
+"""The records the engine passes around: scenarios, trajectories, groups and scores.
+
+They are plain dataclasses so that the web app and the judge can build and read them without the engine's
+heavy imports; `to_dict` gives the JSON that crosses into events and the database.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Awaitable, Callable, Protocol
+
+Message = dict[str, Any]  # an OpenAI chat message: role, content, optional tool_calls / tool_call_id / name
+
+
+@dataclass
+class Scenario:
+    id: str
+    user_message: str
+    context: str | None = None
+    reference: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Trajectory:
+    """One agent attempt at one scenario.
+
+    `turn_token_ids[i]` holds the token ids the server sampled for the i-th assistant message (None when the
+    server did not return them); the trainer uses them so it trains on exactly what was sampled.
+    """
+
+    scenario_id: str
+    messages: list[Message]
+    tools: list[dict[str, Any]] | None = None
+    turn_token_ids: list[list[int] | None] = field(default_factory=list)
+    env_reward: float | None = None
+    judge_score: float | None = None
+    explanation: str = ""
+    criteria: dict[str, float] = field(default_factory=dict)
+    reward: float | None = None  # the reward GRPO uses (effective: judge, env, override or a blend)
+    advantage: float | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    completion_tokens: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class TrajectoryGroup:
+    """N trajectories of the same scenario: the unit the judge ranks and GRPO normalises over."""
+
+    scenario: Scenario
+    trajectories: list[Trajectory]
+    errors: list[str] = field(default_factory=list)  # rollouts that raised: recorded, never lost
+    skipped: bool = False  # zero reward variance: no gradient, reported
+    scoring_error: str | None = None
+
+
+@dataclass
+class Score:
+    """What a scorer returns for one trajectory; `reward` is what training uses."""
+
+    reward: float
+    judge_score: float | None = None
+    explanation: str = ""
+    criteria: dict[str, float] = field(default_factory=dict)
+
+
+class Scorer(Protocol):
+    """Scores one group; returns one Score per trajectory, in the group's order."""
+
+    def __call__(self, group: TrajectoryGroup) -> Awaitable[list[Score]]: ...
+
+
+async def env_reward_scorer(group: TrajectoryGroup) -> list[Score]:
+    """The default scorer: the environment's own verifiable reward."""
+    scores = []
+    for t in group.trajectories:
+        if t.env_reward is None:
+            raise ValueError(
+                f"trajectory of scenario {t.scenario_id!r} has no env reward; "
+                "this environment needs a judge (add a `judge` section to the run config)"
+            )
+        scores.append(Score(reward=t.env_reward))
+    return scores
+
+
+ReviewHook = Callable[[int, list[TrajectoryGroup]], Awaitable[None]]

@@ -1,0 +1,246 @@
+"""API shapes. Serializers validate input types only; every write is done by a service in the views."""
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from webapp.models import (
+    Agent, Checkpoint, Rescore, ScoreOverride, JudgeConfig, Project, Rubric, RubricVersion, Run, Scenario, ScenarioSet, Step, Trajectory,
+    TrajectoryGroup,
+)
+from webapp.models.catalogue import MESSAGE_MAX, PROMPT_MAX
+
+
+class ProjectSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Project
+        fields = ["id", "name", "description", "owner", "created_at"]
+        read_only_fields = ["owner", "created_at"]
+
+
+class AgentSerializer(serializers.ModelSerializer):
+    system_prompt = serializers.CharField(required=False, allow_blank=True, max_length=PROMPT_MAX)
+
+    class Meta:
+        model = Agent
+        fields = ["id", "project", "name", "base_model", "system_prompt", "environment_kind", "environment_options",
+                  "temperature", "top_p", "max_tokens", "created_at", "updated_at"]
+        read_only_fields = ["created_at", "updated_at"]
+        validators = []  # uniqueness is the service's answer (same message as the page)
+
+
+class ScenarioSerializer(serializers.ModelSerializer):
+    user_message = serializers.CharField(max_length=MESSAGE_MAX)
+    context = serializers.CharField(required=False, allow_blank=True, max_length=MESSAGE_MAX)
+    reference = serializers.CharField(required=False, allow_blank=True, max_length=MESSAGE_MAX)
+    external_id = serializers.CharField(required=False, allow_blank=True, max_length=200)
+
+    class Meta:
+        model = Scenario
+        fields = ["id", "external_id", "user_message", "context", "reference", "split", "metadata"]
+        validators = []
+
+
+class ScenarioSetSerializer(serializers.ModelSerializer):
+    scenario_count = serializers.IntegerField(source="scenarios.count", read_only=True)
+
+    class Meta:
+        model = ScenarioSet
+        fields = ["id", "project", "name", "description", "scenario_count", "created_at"]
+        read_only_fields = ["created_at"]
+        validators = []
+
+
+class UploadSerializer(serializers.Serializer):
+    file = serializers.FileField()
+
+
+class CriterionSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=50)
+    description = serializers.CharField(required=False, allow_blank=True, max_length=2000)
+    weight = serializers.FloatField(required=False, default=1.0)
+
+
+class RubricVersionSerializer(serializers.ModelSerializer):
+    criteria = CriterionSerializer(many=True, required=False)
+    text = serializers.CharField(max_length=PROMPT_MAX)
+
+    class Meta:
+        model = RubricVersion
+        fields = ["id", "number", "text", "criteria", "created_by", "created_at"]
+        read_only_fields = ["number", "created_by", "created_at"]
+
+
+class RubricSerializer(serializers.ModelSerializer):
+    text = serializers.CharField(write_only=True, max_length=PROMPT_MAX)
+    criteria = CriterionSerializer(many=True, required=False, write_only=True)
+    versions = RubricVersionSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = Rubric
+        fields = ["id", "project", "name", "text", "criteria", "versions", "created_at"]
+        read_only_fields = ["created_at"]
+        validators = []
+
+
+class JudgeConfigSerializer(serializers.ModelSerializer):
+    api_key = serializers.CharField(write_only=True, required=False, allow_blank=True, max_length=500,
+                                    help_text="Stored encrypted; never returned.")
+    clear_api_key = serializers.BooleanField(write_only=True, required=False, default=False)
+    has_stored_key = serializers.BooleanField(read_only=True)
+
+    class Meta:
+        model = JudgeConfig
+        fields = ["id", "project", "name", "model", "api_base", "api_key_env", "api_key", "clear_api_key",
+                  "has_stored_key", "temperature", "passes", "concurrency", "budget_usd", "created_at"]
+        read_only_fields = ["created_at"]
+        validators = []
+
+
+class RunSerializer(serializers.ModelSerializer):
+    uses_judge = serializers.BooleanField(read_only=True)
+
+    class Meta:
+        model = Run
+        fields = ["id", "project", "name", "agent", "scenario_set", "rubric_version", "judge_config", "config",
+                  "review_gate", "reviewed_through_step", "parent_run", "parent_checkpoint", "status", "phase", "error", "cancel_requested", "total_steps", "steps_done", "uses_judge",
+                  "worker", "heartbeat_at", "attempts", "created_at", "started_at", "finished_at"]
+        read_only_fields = fields
+
+
+class RunCreateSerializer(serializers.Serializer):
+    project = serializers.IntegerField()
+    name = serializers.CharField(max_length=100)
+    agent = serializers.IntegerField()
+    scenario_set = serializers.IntegerField()
+    rubric_version = serializers.IntegerField(required=False, allow_null=True)
+    judge_config = serializers.IntegerField(required=False, allow_null=True)
+    steps = serializers.IntegerField(min_value=1, max_value=100000, default=10)
+    group_size = serializers.IntegerField(min_value=2, max_value=256, default=4)
+    groups_per_step = serializers.IntegerField(min_value=1, max_value=1024, default=2)
+    learning_rate = serializers.FloatField(min_value=1e-9, max_value=1.0, default=1e-5)
+    seed = serializers.IntegerField(min_value=0, default=0)
+    overrides = serializers.DictField(required=False, default=dict)
+    review_gate = serializers.BooleanField(required=False, default=False)
+
+
+class StepSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Step
+        fields = ["index", "metrics", "judge_cost_usd", "created_at"]
+
+
+class TrajectorySummarySerializer(serializers.ModelSerializer):
+    effective_reward = serializers.FloatField(read_only=True)
+
+    class Meta:
+        model = Trajectory
+        fields = ["id", "index", "rank", "env_reward", "judge_score", "explanation", "criteria", "reward",
+                  "override_score", "effective_reward", "advantage", "error", "completion_tokens"]
+
+
+class TrajectorySerializer(TrajectorySummarySerializer):
+    class Meta(TrajectorySummarySerializer.Meta):
+        fields = TrajectorySummarySerializer.Meta.fields + ["group", "messages", "tools", "metadata",
+                                                            "rubric_version", "judge_model"]
+
+
+class GroupSerializer(serializers.ModelSerializer):
+    trajectories = TrajectorySummarySerializer(many=True, read_only=True)
+
+    class Meta:
+        model = TrajectoryGroup
+        fields = ["id", "run", "step_index", "index", "scenario_external_id", "reward_mean", "reward_std", "skipped",
+                  "errors", "scoring_error", "trajectories", "created_at"]
+
+
+class CheckpointSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Checkpoint
+        fields = ["id", "step_index", "adapter_name", "created_at"]
+
+
+class OverrideSerializer(serializers.Serializer):
+    score = serializers.FloatField(allow_null=True, help_text="0..1; null removes the override.")
+    reason = serializers.CharField(max_length=2000)
+
+
+class ReorderSerializer(serializers.Serializer):
+    order = serializers.ListField(child=serializers.IntegerField(), help_text="Trajectory ids, best first.")
+    reason = serializers.CharField(max_length=2000)
+
+
+class ScoreOverrideSerializer(serializers.ModelSerializer):
+    user = serializers.CharField(source="user.username", default=None, read_only=True)
+
+    class Meta:
+        model = ScoreOverride
+        fields = ["id", "run", "trajectory", "group", "step_index", "group_index", "trajectory_index", "kind",
+                  "judge_score", "before", "after", "reason", "applies_to_training", "user", "created_at"]
+
+
+class ForkSerializer(serializers.Serializer):
+    step = serializers.IntegerField(min_value=1, help_text="The checkpoint (step) of this run to start from.")
+    name = serializers.CharField(max_length=100)
+    rubric_version = serializers.IntegerField(required=False, allow_null=True)
+    judge_config = serializers.IntegerField(required=False, allow_null=True)
+    steps = serializers.IntegerField(min_value=1, max_value=100000, default=10)
+    learning_rate = serializers.FloatField(min_value=1e-9, max_value=1.0, required=False, allow_null=True)
+    review_gate = serializers.BooleanField(required=False, default=False)
+    overrides = serializers.DictField(required=False, default=dict)
+
+
+class AgreementSerializer(serializers.Serializer):
+    pairwise = serializers.FloatField(allow_null=True)
+    spearman = serializers.FloatField(allow_null=True)
+    kendall_tau = serializers.FloatField(allow_null=True)
+    groups = serializers.IntegerField()
+    pairs = serializers.IntegerField()
+    labels = serializers.IntegerField()
+
+
+class StepAgreementSerializer(AgreementSerializer):
+    step = serializers.IntegerField()
+
+
+class RunAgreementSerializer(serializers.Serializer):
+    overall = AgreementSerializer()
+    steps = StepAgreementSerializer(many=True)
+
+
+class QueueItemSerializer(serializers.Serializer):
+    group = serializers.IntegerField(source="group.id")
+    step = serializers.IntegerField(source="group.step_index")
+    group_index = serializers.IntegerField(source="group.index")
+    reasons = serializers.ListField(child=serializers.CharField())
+    labelled = serializers.IntegerField()
+    size = serializers.IntegerField()
+
+
+class CompareColumnSerializer(serializers.Serializer):
+    trajectory = TrajectorySummarySerializer()
+    step = serializers.IntegerField(source="group.step_index")
+    group = serializers.IntegerField(source="group.id")
+    answer = serializers.CharField()
+    diff = serializers.ListField(child=serializers.ListField(child=serializers.CharField()),
+                                 help_text='[op, text] with op "same" | "ins" | "del", against the first column.')
+
+
+class RescoreSerializer(serializers.ModelSerializer):
+    criteria = CriterionSerializer(many=True, required=False)
+    judge_model = serializers.CharField(required=False, allow_blank=True, max_length=300)
+    temperature = serializers.FloatField(required=False, allow_null=True, min_value=0.0, max_value=2.0)
+    passes = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=10)
+    rubric_text = serializers.CharField(max_length=PROMPT_MAX)
+    group_ids = serializers.ListField(child=serializers.IntegerField(), min_length=1)
+
+    class Meta:
+        model = Rescore
+        fields = ["id", "project", "base_version", "rubric_text", "criteria", "judge_config", "judge_model",
+                  "temperature", "passes", "group_ids", "status", "results", "summary", "error", "saved_version",
+                  "created_at", "finished_at"]
+        read_only_fields = ["status", "results", "summary", "error", "saved_version", "created_at", "finished_at"]
+
+
+class SaveVersionSerializer(serializers.Serializer):
+    rubric = serializers.IntegerField(required=False, allow_null=True,
+                                      help_text="Default: the rubric of the version the candidate was edited from.")

@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+from django.urls import path
+from drf_spectacular.views import SpectacularAPIView
+from rest_framework.authtoken.views import obtain_auth_token
+from rest_framework.routers import DefaultRouter
+
+from webapp.api import views
+
+app_name = "api"  # the router's names (run-detail, …) must not shadow the pages'
+router = DefaultRouter()
+router.register("projects", views.ProjectViewSet, basename="project")
+router.register("agents", views.AgentViewSet, basename="agent")
+router.register("scenario-sets", views.ScenarioSetViewSet, basename="scenario-set")
+router.register("rubrics", views.RubricViewSet, basename="rubric")
+router.register("judge-configs", views.JudgeConfigViewSet, basename="judge-config")
+router.register("runs", views.RunViewSet, basename="run")
+router.register("groups", views.GroupViewSet, basename="group")
+router.register("trajectories", views.TrajectoryViewSet, basename="trajectory")
+router.register("playground", views.PlaygroundViewSet, basename="playground")
+
+urlpatterns = [
+    path("token/", obtain_auth_token, name="api-token"),
+    path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    *router.urls,
+]

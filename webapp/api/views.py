@@ -1,0 +1,213 @@
+"""The REST API (token or session auth): what the pages do, for scripts. Every queryset is limited to the
+user's projects, so a non-member gets 404; writes go through the same services as the pages."""
+from __future__ import annotations
+
+from django.db.models import Prefetch
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from webapp import selectors
+from webapp.api import serializers as s
+from webapp.api.review_views import GroupReviewActions, RescoreViewSet, RunReviewActions, TrajectoryReviewActions
+from webapp.models import (
+    Agent, JudgeConfig, Project, Role, Rubric, RubricVersion, Run, ScenarioSet, Trajectory, TrajectoryGroup,
+)
+from webapp.services import catalogue as catalogue_services
+from webapp.services import runs as run_services
+from webapp.services.projects import project_create
+
+
+def _project(request: Request, project_id: int, role: str = Role.EDITOR) -> Project:
+    return selectors.project_get(user=request.user, project_id=project_id, role=role)
+
+
+class _InProject(viewsets.GenericViewSet):
+    project_path = "project"
+
+    def get_queryset(self):
+        return selectors.for_user(user=self.request.user, queryset=self.queryset.all(), path=self.project_path)
+
+
+class ProjectViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, _InProject):
+    serializer_class = s.ProjectSerializer
+    queryset = Project.objects.all()
+    project_path = "id"
+
+    def get_queryset(self):
+        return selectors.projects_for_user(user=self.request.user).order_by("id")
+
+    def perform_create(self, serializer):
+        serializer.instance = project_create(owner=self.request.user, **serializer.validated_data)
+
+
+class AgentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
+                   mixins.UpdateModelMixin, _InProject):
+    serializer_class = s.AgentSerializer
+    queryset = Agent.objects.order_by("id")
+
+    def perform_create(self, serializer):
+        data = dict(serializer.validated_data)
+        project = _project(self.request, data.pop("project").id)
+        serializer.instance = catalogue_services.agent_create(user=self.request.user, project=project, **data)
+
+    def perform_update(self, serializer):
+        data = {k: v for k, v in serializer.validated_data.items() if k != "project"}
+        serializer.instance = catalogue_services.agent_update(user=self.request.user, agent=serializer.instance,
+                                                              **data)
+
+
+class ScenarioSetViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, _InProject):
+    serializer_class = s.ScenarioSetSerializer
+    queryset = ScenarioSet.objects.order_by("id")
+
+    def perform_create(self, serializer):
+        data = dict(serializer.validated_data)
+        project = _project(self.request, data.pop("project").id)
+        serializer.instance = catalogue_services.scenario_set_create(user=self.request.user, project=project, **data)
+
+    @extend_schema(request=s.ScenarioSerializer, responses=s.ScenarioSerializer(many=True))
+    @action(detail=True, methods=["get", "post"])
+    def scenarios(self, request: Request, pk=None) -> Response:
+        scenario_set = self.get_object()
+        if request.method == "GET":
+            page = self.paginate_queryset(scenario_set.scenarios.order_by("id"))
+            return self.get_paginated_response(s.ScenarioSerializer(page, many=True).data)
+        body = s.ScenarioSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        scenario = catalogue_services.scenario_create(user=request.user, scenario_set=scenario_set,
+                                                      **body.validated_data)
+        return Response(s.ScenarioSerializer(scenario).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request={"multipart/form-data": s.UploadSerializer}, responses=s.ScenarioSetSerializer)
+    @action(detail=True, methods=["post"], parser_classes=[MultiPartParser, FormParser])
+    def upload(self, request: Request, pk=None) -> Response:
+        scenario_set = self.get_object()
+        body = s.UploadSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        upload = body.validated_data["file"]
+        catalogue_services.scenario_set_import(user=request.user, scenario_set=scenario_set,
+                                               file_name=upload.name, data=upload.read())
+        return Response(s.ScenarioSetSerializer(scenario_set).data, status=status.HTTP_201_CREATED)
+
+
+class RubricViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, _InProject):
+    serializer_class = s.RubricSerializer
+    queryset = Rubric.objects.order_by("id").prefetch_related(
+        Prefetch("versions", queryset=RubricVersion.objects.order_by("number")))
+
+    def perform_create(self, serializer):
+        data = dict(serializer.validated_data)
+        project = _project(self.request, data.pop("project").id)
+        serializer.instance = catalogue_services.rubric_create(user=self.request.user, project=project, **data)
+
+    @extend_schema(request=s.RubricVersionSerializer, responses=s.RubricVersionSerializer)
+    @action(detail=True, methods=["post"], parser_classes=[JSONParser])
+    def versions(self, request: Request, pk=None) -> Response:
+        body = s.RubricVersionSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        version = catalogue_services.rubric_version_create(user=request.user, rubric=self.get_object(),
+                                                           **body.validated_data)
+        return Response(s.RubricVersionSerializer(version).data, status=status.HTTP_201_CREATED)
+
+
+class JudgeConfigViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
+                         mixins.UpdateModelMixin, _InProject):
+    serializer_class = s.JudgeConfigSerializer
+    queryset = JudgeConfig.objects.order_by("id")
+
+    def perform_create(self, serializer):
+        data = dict(serializer.validated_data)
+        project = _project(self.request, data.pop("project").id)
+        serializer.instance = catalogue_services.judge_config_create(user=self.request.user, project=project, **data)
+
+    def perform_update(self, serializer):
+        data = {k: v for k, v in serializer.validated_data.items() if k != "project"}
+        serializer.instance = catalogue_services.judge_config_update(user=self.request.user,
+                                                                     judge=serializer.instance, **data)
+
+
+class RunViewSet(RunReviewActions, mixins.ListModelMixin, mixins.RetrieveModelMixin, _InProject):
+    serializer_class = s.RunSerializer
+    queryset = Run.objects.order_by("-id")
+
+    def get_queryset(self):
+        qs = super().get_queryset()
+        project = self.request.query_params.get("project")
+        return qs.filter(project_id=project) if project and project.isdigit() else qs
+
+    @extend_schema(request=s.RunCreateSerializer, responses={201: s.RunSerializer})
+    def create(self, request: Request) -> Response:
+        body = s.RunCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = dict(body.validated_data)
+        project = _project(request, data.pop("project"))
+
+        def pick(model, key, path="project"):
+            pk = data.pop(key, None)
+            return None if pk is None else selectors.in_project_get(user=request.user, model=model, pk=pk, path=path)
+
+        run = run_services.run_launch(  # review_gate passes through **data
+            user=request.user, project=project, agent=pick(Agent, "agent"), scenario_set=pick(ScenarioSet, "scenario_set"),
+            rubric_version=pick(RubricVersion, "rubric_version", "rubric__project"),
+            judge_config=pick(JudgeConfig, "judge_config"), **data)
+        return Response(s.RunSerializer(run).data, status=status.HTTP_201_CREATED)
+
+    def _control(self, request: Request, service) -> Response:
+        run = self.get_object()
+        service(user=request.user, run=run)
+        run.refresh_from_db()
+        return Response(s.RunSerializer(run).data)
+
+    @extend_schema(request=None, responses=s.RunSerializer)
+    @action(detail=True, methods=["post"])
+    def pause(self, request: Request, pk=None) -> Response:
+        return self._control(request, run_services.run_pause)
+
+    @extend_schema(request=None, responses=s.RunSerializer)
+    @action(detail=True, methods=["post"])
+    def resume(self, request: Request, pk=None) -> Response:
+        return self._control(request, run_services.run_resume)
+
+    @extend_schema(request=None, responses=s.RunSerializer)
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk=None) -> Response:
+        return self._control(request, run_services.run_cancel)
+
+    @extend_schema(responses=s.StepSerializer(many=True))
+    @action(detail=True, methods=["get"])
+    def steps(self, request: Request, pk=None) -> Response:
+        return Response(s.StepSerializer(selectors.run_steps(run=self.get_object()), many=True).data)
+
+    @extend_schema(responses=s.GroupSerializer(many=True))
+    @action(detail=True, methods=["get"])
+    def groups(self, request: Request, pk=None) -> Response:
+        run = self.get_object()
+        step = request.query_params.get("step")
+        qs = selectors.run_groups(run=run, limit=None, step=int(step) if step and step.isdigit() else None)
+        page = self.paginate_queryset(qs)
+        return self.get_paginated_response(s.GroupSerializer(page, many=True).data)
+
+    @extend_schema(responses=s.CheckpointSerializer(many=True))
+    @action(detail=True, methods=["get"])
+    def checkpoints(self, request: Request, pk=None) -> Response:
+        return Response(s.CheckpointSerializer(self.get_object().checkpoints.order_by("step_index"), many=True).data)
+
+
+class GroupViewSet(GroupReviewActions, mixins.RetrieveModelMixin, _InProject):
+    serializer_class = s.GroupSerializer
+    queryset = TrajectoryGroup.objects.prefetch_related("trajectories")
+    project_path = "run__project"
+
+
+class TrajectoryViewSet(TrajectoryReviewActions, mixins.RetrieveModelMixin, _InProject):
+    serializer_class = s.TrajectorySerializer
+    queryset = Trajectory.objects.all()
+    project_path = "group__run__project"
+
+
+class PlaygroundViewSet(RescoreViewSet, _InProject):
+    """Rubric-playground re-scores: create one (reviewers), poll it, save the candidate as a rubric version."""

@@ -1,0 +1,17 @@
+"""The Celery application. Start a GPU worker (one run at a time per GPU) with:
+
+    celery -A webapp.celery_app worker -Q gpu --concurrency 1 --prefetch-multiplier 1 -n gpu@%h
+
+and the reaper that marks runs of dead workers `crashed`:  celery -A webapp.celery_app beat
+"""
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
+
+app = Celery("webapp")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.conf.include = ["webapp.tasks"]

@@ -1,0 +1,154 @@
+"""The engine process of one run: `python -m webapp.execution.engine_child EVENTS_FD` (started by runner.py).
+
+It never imports Django. Protocol with the parent:
+- stdin, first line: {"config": RunConfig JSON, "engine": "module:function"}; later lines: {"control": state}
+  or {"review": {"step": N, "rewards": {"<group index>": [effective reward per trajectory, or null]}}}, the
+  parent's answer to a `review_requested` event (sent at once, or after a person approved the step's review).
+  stdin closing means the parent died: the run is cancelled at the next phase boundary and the process exits.
+- EVENTS_FD: one JSON event per line (`event.to_dict()`), flushed as emitted.
+- stdout / stderr: the engine's own log, which the parent keeps next to the checkpoints.
+Torch threads are limited by the parent through OMP_NUM_THREADS, so the web process keeps a core.
+"""
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import json
+import os
+import sys
+import threading
+import traceback
+from typing import Any
+
+from training.control import StaticControl
+
+PARENT_GONE_GRACE_S = 30.0
+
+
+class _EventWriter:
+    def __init__(self, fd: int) -> None:
+        self._file = os.fdopen(fd, "w", buffering=1, encoding="utf-8")
+        self._lock = threading.Lock()
+
+    def __call__(self, event: Any) -> None:
+        data = event.to_dict() if hasattr(event, "to_dict") else dict(event)
+        line = json.dumps(data, default=str, allow_nan=False) if _finite(data) else json.dumps(data, default=str)
+        with self._lock:
+            self._file.write(line + "\n")
+            self._file.flush()
+
+
+def _finite(data: Any) -> bool:
+    try:
+        json.dumps(data, default=str, allow_nan=False)
+        return True
+    except ValueError:
+        return False
+
+
+class ReviewMailbox:
+    """The parent's review answers, by step; the engine's review hook waits here for its step's answer."""
+
+    def __init__(self) -> None:
+        self._answers: dict[int, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+
+    def put(self, answer: dict[str, Any]) -> None:
+        with self._lock:
+            self._answers[int(answer["step"])] = answer
+
+    def take(self, step: int) -> dict[str, Any] | None:
+        with self._lock:
+            return self._answers.pop(step, None)
+
+
+def review_hook(mailbox: ReviewMailbox, control: StaticControl):
+    """The loop's ReviewHook: waits for the parent's effective rewards of this step (overrides applied) and sets
+    them on the trajectories; the loop then recomputes the advantages. A cancel ends the wait."""
+
+    async def review(step: int, groups: list[Any]) -> None:
+        while (answer := mailbox.take(step)) is None:
+            if control.state() == "cancel":
+                return
+            await asyncio.sleep(0.1)
+        rewards = answer.get("rewards") or {}
+        for index, group in enumerate(groups):  # the loop passes the step's groups in group-index order
+            for trajectory, reward in zip(group.trajectories, rewards.get(str(index)) or []):
+                if reward is not None and trajectory.reward is not None:
+                    trajectory.reward = float(reward)
+
+    return review
+
+
+def _follow_control(control: StaticControl, mailbox: ReviewMailbox) -> None:
+    for line in sys.stdin:
+        try:
+            message = json.loads(line)
+            state = message.get("control")
+            if isinstance(message.get("review"), dict):
+                mailbox.put(message["review"])
+        except (ValueError, AttributeError, KeyError, TypeError):
+            continue
+        if state in ("run", "pause", "cancel"):
+            control.set(state)
+    control.set("cancel")
+    timer = threading.Timer(PARENT_GONE_GRACE_S, lambda: os._exit(3))
+    timer.daemon = True
+    timer.start()
+
+
+def _with_call_records(scorer: Any) -> Any:
+    """Attaches the judge's per-call accounting (tokens, cost, latency, raw reply) to the group's first
+    trajectory, so that it reaches the web app through the group_scored event and becomes JudgeCall rows."""
+
+    def record(group: Any, judgement: Any) -> None:
+        if not group.trajectories:
+            return
+        calls = [{**c.model_dump(mode="json"), "judge_model": judgement.judge_model} for c in judgement.calls]
+        group.trajectories[0].metadata["judge_calls"] = calls
+        group.trajectories[0].metadata["judge"] = {"passes": judgement.passes, "identical": judgement.identical,
+                                                   "disagreement": judgement.disagreement}
+
+    scorer.on_judgement = record
+    return scorer
+
+
+def _load(path: str):
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr or "train")
+
+
+def main() -> int:
+    writer = _EventWriter(int(sys.argv[1]))
+    spec = json.loads(sys.stdin.readline())
+    control = StaticControl()
+    mailbox = ReviewMailbox()
+    threading.Thread(target=_follow_control, args=(control, mailbox), daemon=True, name="control").start()
+    try:
+        from training.config import parse_run_config
+
+        config = parse_run_config(spec["config"])
+        scorer = None
+        if config.judge:
+            from studio.scoring import judge_scorer_from_config
+
+            scorer = _with_call_records(judge_scorer_from_config(config.judge))
+        engine = _load(spec.get("engine") or "training.loop:train")
+        extra = {}
+        if "review" in inspect.signature(engine).parameters:
+            # Always hooked: without a review gate the parent answers at once with the overrides made so far.
+            extra["review"] = review_hook(mailbox, control)
+        result = engine(config, scorer=scorer, sink=writer, control=control, **extra)
+        if inspect.isawaitable(result):
+            asyncio.run(result)
+        return 0
+    except BaseException as err:  # the parent must learn why, whatever it was
+        traceback.print_exc()
+        message = f"{type(err).__name__}: {err}".strip()
+        writer({"kind": "run_failed", "step": -1, "error": message})
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

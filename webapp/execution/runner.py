@@ -1,0 +1,159 @@
+"""Executes one run: claims it, starts the engine process, turns its events into rows and live messages,
+forwards pause / resume / cancel, and beats the heartbeat. Used by both the Celery task and the in-process
+executor, so both paths run the same code.
+
+The engine runs in a child process (engine_child.py): its torch threads and GIL never slow the web process
+or the Celery worker's heartbeat, and a worker killed mid-run takes the child down with it (stdin closes).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import select
+import subprocess
+import sys
+import time
+from collections import deque
+from pathlib import Path
+
+from django.conf import settings
+
+from webapp.live.ingest import run_event_ingest
+from webapp.models import Run, RunStatus
+from webapp.services.review import run_review_rewards
+from webapp.services.runs import (
+    run_claim, run_control_state, run_finish_after_engine, run_heartbeat,
+)
+from webapp.services.secrets import secret_decrypt
+
+log = logging.getLogger(__name__)
+POLL_S = 0.25
+
+
+def engine_env(run: Run) -> dict[str, str]:
+    env = dict(os.environ)
+    threads = str(settings.STUDIO_ENGINE_THREADS)
+    env.update({"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "TOKENIZERS_PARALLELISM": "false",
+                "PYTHONUNBUFFERED": "1"})
+    env.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    judge = run.judge_config
+    if judge is not None and judge.api_key_encrypted and not judge.api_key_env:
+        # Only the child's environment ever holds the plain key; the stored config names the variable.
+        env["STUDIO_JUDGE_API_KEY"] = secret_decrypt(token=judge.api_key_encrypted)
+    return env
+
+
+def _nice() -> None:
+    if settings.STUDIO_ENGINE_NICE:
+        os.nice(settings.STUDIO_ENGINE_NICE)
+
+
+def run_execute(*, run_id: int, worker: str) -> str:
+    """Returns what happened: "skipped" when another worker owns the run (or it is no longer queued)."""
+    if not run_claim(run_id=run_id, worker=worker):
+        log.info("run %s is not queued; %s leaves it alone", run_id, worker)
+        return "skipped"
+    run = Run.objects.select_related("judge_config").get(pk=run_id)
+    out_dir = Path(run.output_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log_path = out_dir / "engine.log"
+    try:
+        env = engine_env(run)
+    except ValueError as err:
+        run_event_ingest(run_id=run_id, event={"kind": "run_failed", "step": -1, "error": str(err)})
+        return "failed"
+    read_fd, write_fd = os.pipe()
+    with open(log_path, "ab") as log_file:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "webapp.execution.engine_child", str(write_fd)],
+            stdin=subprocess.PIPE, stdout=log_file, stderr=subprocess.STDOUT, pass_fds=(write_fd,),
+            env=env, cwd=str(settings.BASE_DIR), preexec_fn=_nice,
+        )
+    os.close(write_fd)
+    try:
+        _write(proc, {"config": run.config, "engine": settings.STUDIO_ENGINE})
+        _pump(proc, read_fd, run_id=run_id, worker=worker)
+    finally:
+        os.close(read_fd)
+        if proc.stdin and not proc.stdin.closed:
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
+        try:
+            code = proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = proc.wait()
+    run_finish_after_engine(run_id=run_id, exit_code=code, log_tail=_tail(log_path))
+    return Run.objects.values_list("status", flat=True).get(pk=run_id)
+
+
+def _write(proc: subprocess.Popen, message: dict) -> None:
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write((json.dumps(message) + "\n").encode())
+        proc.stdin.flush()
+    except (BrokenPipeError, OSError):
+        pass  # the engine already exited; its events (or exit code) say why
+
+
+def _pump(proc: subprocess.Popen, read_fd: int, *, run_id: int, worker: str) -> None:
+    buffer = b""
+    sent_state = "run"
+    last_beat = time.monotonic()
+    review_step: int | None = None  # a step whose review the engine is waiting for
+    while True:
+        ready, _, _ = select.select([read_fd], [], [], POLL_S)
+        if ready:
+            chunk = os.read(read_fd, 1 << 16)
+            if not chunk:
+                break
+            buffer += chunk
+            *lines, buffer = buffer.split(b"\n")
+            for line in lines:
+                if line.strip():
+                    kind, step = _ingest_line(run_id, line)
+                    if kind == "review_requested":
+                        review_step = step
+        if review_step is not None and _review_released(run_id):
+            # Events arrive in order, so every group of the step is a row by now: its overrides are all there.
+            _write(proc, {"review": run_review_rewards(run_id=run_id, step=review_step)})
+            review_step = None
+        now = time.monotonic()
+        if now - last_beat >= settings.STUDIO_HEARTBEAT_S:
+            run_heartbeat(run_id=run_id, worker=worker)
+            last_beat = now
+        state = run_control_state(run_id=run_id)
+        if state != sent_state:
+            _write(proc, {"control": state})
+            sent_state = state
+
+
+def _review_released(run_id: int) -> bool:
+    """Without a gate at once; with it once a reviewer approved (the run left awaiting_review, or stops)."""
+    return Run.objects.values_list("status", flat=True).get(pk=run_id) != RunStatus.AWAITING_REVIEW
+
+
+def _ingest_line(run_id: int, line: bytes) -> tuple[str | None, int | None]:
+    """Records one event; returns its kind and step (for the review handshake)."""
+    try:
+        event = json.loads(line)
+    except json.JSONDecodeError:
+        log.error("run %s: unreadable engine event %r", run_id, line[:200])
+        return None, None
+    try:
+        run_event_ingest(run_id=run_id, event=event)
+    except Exception:  # one bad event must not lose the rest of the run; it is logged with its kind
+        log.exception("run %s: could not record engine event %s", run_id, event.get("kind"))
+    step = event.get("step")
+    return event.get("kind"), int(step) if isinstance(step, int) else None
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        with open(path, "r", encoding="utf-8", errors="replace") as f:
+            return "".join(deque(f, maxlen=lines))
+    except OSError:
+        return ""

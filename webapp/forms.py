@@ -1,0 +1,256 @@
+"""Forms: input parsing and field-level checks only; saving is done by services (which may add errors)."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import forms
+from django.conf import settings
+from django.core.exceptions import ValidationError
+
+from webapp.models import Agent, JudgeConfig, Role, Scenario
+from webapp.models.catalogue import MESSAGE_MAX, PROMPT_MAX
+from webapp.services import run_config as defaults
+
+ENVIRONMENT_KINDS = [("chat", "chat: answer the scenario"), ("tools", "tools: function calling"),
+                     ("game_2048", "game_2048: play 2048 (verifiable reward)")]
+
+
+def apply_service_errors(form: forms.Form, err: ValidationError) -> None:
+    """Shows a service's ValidationError on the matching fields (or on the form when none matches)."""
+    if hasattr(err, "error_dict"):
+        for field, errors in err.message_dict.items():
+            form.add_error(field if field in form.fields else None, errors)
+    else:
+        form.add_error(None, err.messages)
+
+
+class JSONObjectField(forms.CharField):
+    widget = forms.Textarea(attrs={"rows": 3, "class": "mono"})
+
+    def to_python(self, value: Any) -> dict[str, Any]:
+        text = (value or "").strip()
+        if not text:
+            return {}
+        try:
+            parsed = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ValidationError(f"not valid JSON: {err.msg} (line {err.lineno}, column {err.colno})") from None
+        if not isinstance(parsed, dict):
+            raise ValidationError("must be a JSON object, e.g. {\"key\": \"value\"}")
+        return parsed
+
+    def prepare_value(self, value: Any) -> str:
+        if isinstance(value, dict):
+            return json.dumps(value, indent=2) if value else ""
+        return value or ""
+
+
+class ProjectForm(forms.Form):
+    name = forms.CharField(max_length=200)
+    description = forms.CharField(required=False, max_length=5000, widget=forms.Textarea(attrs={"rows": 2}))
+
+
+class MemberForm(forms.Form):
+    username = forms.CharField(max_length=150)
+    role = forms.ChoiceField(choices=Role.choices)
+
+
+class AgentForm(forms.Form):
+    name = forms.CharField(max_length=200)
+    base_model = forms.CharField(max_length=500, help_text="A Hugging Face model id or a local directory.")
+    system_prompt = forms.CharField(required=False, max_length=PROMPT_MAX, widget=forms.Textarea(attrs={"rows": 5}))
+    environment_kind = forms.ChoiceField(choices=ENVIRONMENT_KINDS, initial="chat")
+    environment_options = JSONObjectField(required=False, help_text="Options of the environment, as JSON.")
+    temperature = forms.FloatField(min_value=0.0, max_value=2.0, initial=1.0)
+    top_p = forms.FloatField(min_value=0.0001, max_value=1.0, initial=1.0)
+    max_tokens = forms.IntegerField(min_value=1, max_value=32768, initial=256)
+
+    @classmethod
+    def from_agent(cls, agent: Agent, **kwargs: Any) -> "AgentForm":
+        initial = {f: getattr(agent, f) for f in cls.base_fields}
+        return cls(initial=initial, **kwargs)
+
+
+class ScenarioSetForm(forms.Form):
+    name = forms.CharField(max_length=200)
+    description = forms.CharField(required=False, max_length=5000, widget=forms.Textarea(attrs={"rows": 2}))
+
+
+class ScenarioForm(forms.Form):
+    external_id = forms.CharField(required=False, max_length=200, label="Id", help_text="Blank: numbered for you.")
+    user_message = forms.CharField(max_length=MESSAGE_MAX, widget=forms.Textarea(attrs={"rows": 3}))
+    context = forms.CharField(required=False, max_length=MESSAGE_MAX, widget=forms.Textarea(attrs={"rows": 2}))
+    reference = forms.CharField(required=False, max_length=MESSAGE_MAX, widget=forms.Textarea(attrs={"rows": 2}))
+    split = forms.ChoiceField(choices=Scenario.Split.choices, initial=Scenario.Split.TRAIN)
+
+
+class ScenarioUploadForm(forms.Form):
+    file = forms.FileField(help_text="CSV with a header (user_message, and optionally id, context, reference, split, "
+                                     "metadata) or JSONL with one object per line with the same keys.")
+
+    def clean_file(self):
+        upload = self.cleaned_data["file"]
+        if upload.size > settings.STUDIO_MAX_UPLOAD_BYTES:
+            raise ValidationError(f"the file is {upload.size:,} bytes; the limit is "
+                                  f"{settings.STUDIO_MAX_UPLOAD_BYTES:,} bytes")
+        return upload
+
+
+class RubricForm(forms.Form):
+    name = forms.CharField(max_length=200)
+    text = forms.CharField(max_length=PROMPT_MAX, widget=forms.Textarea(attrs={"rows": 8}),
+                           help_text="Plain English: what makes one answer better than another.")
+    criteria = forms.CharField(
+        required=False, widget=forms.Textarea(attrs={"rows": 3, "class": "mono"}),
+        help_text="Optional, one per line: name | weight | description (e.g. `faithful | 2 | uses only the context`).",
+    )
+
+    def clean_criteria(self) -> list[dict[str, Any]]:
+        items = []
+        for number, line in enumerate((self.cleaned_data.get("criteria") or "").splitlines(), start=1):
+            if not line.strip():
+                continue
+            parts = [p.strip() for p in line.split("|", 2)]
+            if len(parts) < 2:
+                raise ValidationError(f"line {number}: write `name | weight | description`")
+            items.append({"name": parts[0], "weight": parts[1], "description": parts[2] if len(parts) > 2 else ""})
+        return items
+
+
+class RubricVersionForm(RubricForm):
+    name = None  # type: ignore[assignment]
+
+
+class JudgeConfigForm(forms.Form):
+    name = forms.CharField(max_length=200)
+    model = forms.CharField(max_length=300, help_text="litellm model string, e.g. openai/gpt-4o-mini.")
+    api_base = forms.URLField(required=False, max_length=500, assume_scheme="https")
+    api_key_env = forms.CharField(required=False, max_length=100, label="API key environment variable",
+                                  help_text="Name of the variable that holds the key on the workers.")
+    api_key = forms.CharField(required=False, max_length=500, label="Or an API key (stored encrypted)",
+                              widget=forms.PasswordInput(render_value=False),
+                              help_text="Never shown again. Leave blank to keep the stored key.")
+    clear_api_key = forms.BooleanField(required=False, label="Remove the stored key")
+    temperature = forms.FloatField(min_value=0.0, max_value=2.0, initial=0.0)
+    passes = forms.IntegerField(min_value=1, max_value=10, initial=1)
+    concurrency = forms.IntegerField(min_value=1, max_value=64, initial=4)
+    budget_usd = forms.DecimalField(required=False, min_value=0, max_digits=10, decimal_places=2,
+                                    label="Budget (USD)")
+
+    @classmethod
+    def from_judge(cls, judge: JudgeConfig, **kwargs: Any) -> "JudgeConfigForm":
+        fields = ("name", "model", "api_base", "api_key_env", "temperature", "passes", "concurrency", "budget_usd")
+        return cls(initial={f: getattr(judge, f) for f in fields}, **kwargs)
+
+
+class LaunchForm(forms.Form):
+    name = forms.CharField(max_length=100)
+    agent = forms.ModelChoiceField(queryset=None)  # type: ignore[arg-type]
+    scenario_set = forms.ModelChoiceField(queryset=None)  # type: ignore[arg-type]
+    rubric = forms.ModelChoiceField(queryset=None, required=False,  # type: ignore[arg-type]
+                                    help_text="Its latest version is used. Needs a judge.")
+    judge_config = forms.ModelChoiceField(queryset=None, required=False, label="Judge",  # type: ignore[arg-type]
+                                          help_text="None: train on the environment's verifiable reward.")
+    steps = forms.IntegerField(min_value=1, max_value=100000, initial=defaults.DEFAULT_STEPS)
+    group_size = forms.IntegerField(min_value=2, max_value=256, initial=defaults.DEFAULT_GROUP_SIZE,
+                                    help_text="Trajectories per scenario that the judge ranks together.")
+    groups_per_step = forms.IntegerField(min_value=1, max_value=1024, initial=defaults.DEFAULT_GROUPS_PER_STEP)
+    learning_rate = forms.FloatField(min_value=1e-9, max_value=1.0, initial=defaults.DEFAULT_LEARNING_RATE)
+    seed = forms.IntegerField(initial=0, min_value=0, max_value=2**31 - 1)
+    overrides = JSONObjectField(required=False, label="Advanced (JSON)",
+                                help_text='Any engine setting, e.g. {"lora": {"r": 16}, "grpo": {"beta": 0.04}}.')
+    review_gate = forms.BooleanField(required=False, label="Review gate",
+                                     help_text="Wait for a reviewer's approval after each step's scoring; "
+                                               "the step trains on the reviewed scores.")
+
+    def __init__(self, *args: Any, project, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["agent"].queryset = project.agents.all()
+        self.fields["scenario_set"].queryset = project.scenario_sets.all()
+        self.fields["rubric"].queryset = project.rubrics.all()
+        self.fields["judge_config"].queryset = project.judge_configs.all()
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if data.get("rubric") and not data.get("judge_config"):
+            self.add_error("judge_config", "a rubric needs a judge to apply it")
+        return data
+
+
+class OverrideForm(forms.Form):
+    score = forms.FloatField(required=False, min_value=0.0, max_value=1.0,
+                             help_text="0..1; leave empty to remove your override.")
+    reason = forms.CharField(max_length=2000, widget=forms.TextInput())
+
+
+class ReorderForm(forms.Form):
+    """`rank_<trajectory id>` inputs (1 = best); the order is read from them."""
+
+    reason = forms.CharField(max_length=2000, widget=forms.TextInput())
+
+    def order(self, data: Any) -> list[int]:
+        ranks = []
+        for key, value in data.items():
+            if key.startswith("rank_"):
+                try:
+                    ranks.append((float(value), int(key[5:])))
+                except ValueError:
+                    raise ValidationError({"order": [f"rank {value!r} is not a number"]}) from None
+        return [trajectory_id for _, trajectory_id in sorted(ranks)]
+
+
+class ForkForm(forms.Form):
+    name = forms.CharField(max_length=100)
+    rubric_version = forms.ModelChoiceField(queryset=None, required=False,  # type: ignore[arg-type]
+                                            help_text="The rubric the fork is judged with.")
+    judge_config = forms.ModelChoiceField(queryset=None, required=False, label="Judge",  # type: ignore[arg-type]
+                                          help_text="None: train on the environment's verifiable reward.")
+    steps = forms.IntegerField(min_value=1, max_value=100000, initial=defaults.DEFAULT_STEPS)
+    learning_rate = forms.FloatField(required=False, min_value=1e-9, max_value=1.0,
+                                     help_text="Empty: the parent run's.")
+    review_gate = forms.BooleanField(required=False)
+    overrides = JSONObjectField(required=False, label="Advanced (JSON)",
+                                help_text='Any engine setting to change, e.g. {"grpo": {"beta": 0.04}}.')
+
+    def __init__(self, *args: Any, project, **kwargs: Any) -> None:
+        from webapp.models import RubricVersion
+
+        super().__init__(*args, **kwargs)
+        self.fields["rubric_version"].queryset = (RubricVersion.objects.filter(rubric__project=project)
+                                                  .select_related("rubric").order_by("rubric__name", "-number"))
+        self.fields["judge_config"].queryset = project.judge_configs.all()
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if data.get("rubric_version") and not data.get("judge_config"):
+            self.add_error("judge_config", "a rubric needs a judge to apply it")
+        return data
+
+
+class PlaygroundForm(RubricForm):
+    name = None  # type: ignore[assignment]
+    groups = forms.ModelMultipleChoiceField(queryset=None, widget=forms.CheckboxSelectMultiple,  # type: ignore[arg-type]
+                                            help_text="Stored groups to re-score (★ = has human labels).")
+    base_version = forms.ModelChoiceField(queryset=None, required=False,  # type: ignore[arg-type]
+                                          label="Edited from", help_text="Saving makes a new version of its rubric.")
+    judge_config = forms.ModelChoiceField(queryset=None, label="Judge")  # type: ignore[arg-type]
+    judge_model = forms.CharField(required=False, max_length=300,
+                                  help_text="Another litellm model to try with this judge's API; empty: the judge's.")
+    temperature = forms.FloatField(required=False, min_value=0.0, max_value=2.0)
+    passes = forms.IntegerField(required=False, min_value=1, max_value=10)
+
+    field_order = ["groups", "base_version", "text", "criteria", "judge_config", "judge_model", "temperature",
+                   "passes"]
+
+    def __init__(self, *args: Any, project, groups, **kwargs: Any) -> None:
+        from webapp.models import RubricVersion
+
+        super().__init__(*args, **kwargs)
+        self.fields["groups"].queryset = groups
+        self.fields["groups"].label_from_instance = lambda g: (
+            f"{'★ ' if getattr(g, 'labels', 0) else ''}{g.run.name} · step {g.step_index} · group {g.index + 1} · "
+            f"{g.scenario_external_id}")
+        self.fields["base_version"].queryset = (RubricVersion.objects.filter(rubric__project=project)
+                                                .select_related("rubric").order_by("rubric__name", "-number"))
+        self.fields["judge_config"].queryset = project.judge_configs.all()

@@ -1,0 +1,268 @@
+"""The one place where engine events become database rows and live messages (DESIGN §5).
+
+`run_event_ingest` takes an event as the engine emits it (`event.to_dict()`, a dict with `kind`), and in one
+transaction: updates the run, writes the Step / TrajectoryGroup / Trajectory / Checkpoint / JudgeCall rows,
+appends a RunEvent with the next sequence number, and after commit sends that RunEvent to `run_<id>`.
+The stored payload is what the browser is sent: compact (no full message lists) so a late page replays fast.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from collections import defaultdict
+from typing import Any, Callable
+
+from django.db import transaction
+from django.utils import timezone
+
+from webapp.live.publish import publish
+from webapp.models import Checkpoint, JudgeCall, Run, RunEvent, RunStatus, Scenario, Step, Trajectory, TrajectoryGroup
+from webapp.models.runs import ACTIVE_STATUSES
+
+log = logging.getLogger(__name__)
+EXPLANATION_PREVIEW = 600
+
+
+def _num(value: Any) -> float | None:
+    """JSON has no NaN; an engine metric that is NaN/inf is shown as missing rather than breaking the stream."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, float):
+        return _num(value)
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def _run_summary(run: Run) -> dict[str, Any]:
+    return {"status": run.status, "status_label": run.get_status_display(), "phase": run.phase,
+            "steps_done": run.steps_done, "total_steps": run.total_steps, "error": run.error[:2000],
+            "cancel_requested": run.cancel_requested}
+
+
+def _append(run: Run, kind: str, payload: dict[str, Any]) -> RunEvent:
+    """Appends under the run's row lock, so sequence numbers are gap-free and ordered per run."""
+    run.last_event_seq += 1
+    Run.objects.filter(pk=run.pk).update(last_event_seq=run.last_event_seq)
+    event = RunEvent.objects.create(run=run, seq=run.last_event_seq, kind=kind,
+                                    payload={**payload, "run": _run_summary(run)})
+    message = event.as_message()
+    transaction.on_commit(lambda: publish(run.pk, message))
+    return event
+
+
+def run_status_publish(*, run_id: int) -> RunEvent:
+    """Appends a `status` event after a state-machine transition (call inside the transition's transaction)."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run_id)
+        return _append(run, "status", {})
+
+
+def run_event_ingest(*, run_id: int, event: dict[str, Any]) -> RunEvent:
+    kind = str(event.get("kind", ""))
+    handler = _HANDLERS.get(kind)
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run_id)
+        if handler is None:
+            log.warning("run %s: unknown engine event kind %r stored as is", run_id, kind)
+            payload = _clean({k: v for k, v in event.items() if k != "kind"})
+        else:
+            payload = handler(run, event)
+        return _append(run, kind or "unknown", payload)
+
+
+def _set_phase(run: Run, phase: str, **fields: Any) -> None:
+    run.phase = phase
+    for key, value in fields.items():
+        setattr(run, key, value)
+    Run.objects.filter(pk=run.pk).update(phase=phase, **fields)
+
+
+def _on_run_started(run: Run, e: dict[str, Any]) -> dict[str, Any]:
+    start = int(e.get("start_step", 1))  # steps are 1-based: a fresh run starts at 1
+    verb = "resumed at step" if e.get("resumed") else "started at step"
+    _set_phase(run, f"{verb} {start}", total_steps=int(e.get("total_steps", run.total_steps)),
+               steps_done=max(0, start - 1))
+    return {"start_step": start, "total_steps": run.total_steps, "resumed": bool(e.get("resumed"))}
+
+
+def _on_group_rolled_out(run: Run, e: dict[str, Any]) -> dict[str, Any]:
+    step = int(e["step"])
+    _set_phase(run, f"step {step}: scoring group {int(e['group_index']) + 1}")
+    return {"step": step, "group_index": int(e["group_index"]), "scenario_id": str(e.get("scenario_id", "")),
+            "trajectories": int(e.get("trajectories", 0)), "errors": [str(x) for x in e.get("errors", [])]}
+
+
+def _ranked(records: list[dict[str, Any]]) -> list[int]:
+    """Rank 1 = highest reward; trajectories without a reward (errors) come last."""
+    order = sorted(range(len(records)), key=lambda i: (_num(records[i].get("reward")) is None,
+                                                       -(_num(records[i].get("reward")) or 0.0), i))
+    ranks = [0] * len(records)
+    for rank, i in enumerate(order, start=1):
+        ranks[i] = rank
+    return ranks
+
+
+def _on_group_scored(run: Run, e: dict[str, Any]) -> dict[str, Any]:
+    step, index = int(e["step"]), int(e["group_index"])
+    scenario_id = str(e.get("scenario_id", ""))
+    records = list(e.get("trajectories") or [])
+    scenario = Scenario.objects.filter(scenario_set_id=run.scenario_set_id, external_id=scenario_id).first()
+    # A resumed run re-does the step it crashed in: its groups replace the half-recorded ones.
+    TrajectoryGroup.objects.filter(run=run, step_index=step, index=index).delete()
+    group = TrajectoryGroup.objects.create(
+        run=run, step_index=step, index=index, scenario=scenario, scenario_external_id=scenario_id,
+        reward_mean=_num(e.get("reward_mean")), reward_std=_num(e.get("reward_std")),
+        skipped=bool(e.get("skipped")), errors=[str(x) for x in e.get("errors") or []],
+        scoring_error=str(e.get("scoring_error") or ""),
+    )
+    judge_model = str((run.config.get("judge") or {}).get("judge_model", ""))
+    ranks = _ranked(records)
+    rows = [
+        Trajectory(
+            group=group, index=i, rank=ranks[i], messages=_clean(r.get("messages") or []), tools=_clean(r.get("tools")),
+            env_reward=_num(r.get("env_reward")), judge_score=_num(r.get("judge_score")),
+            explanation=str(r.get("explanation") or ""), criteria=_clean(r.get("criteria") or {}),
+            reward=_num(r.get("reward")), advantage=_num(r.get("advantage")), error=str(r.get("error") or ""),
+            completion_tokens=int(r.get("completion_tokens") or 0), metadata=_clean(r.get("metadata") or {}),
+            rubric_version_id=run.rubric_version_id if r.get("judge_score") is not None else None,
+            judge_model=judge_model if r.get("judge_score") is not None else "",
+        )
+        for i, r in enumerate(records)
+    ]
+    Trajectory.objects.bulk_create(rows)
+    _record_judge_calls(run, group, records, judge_model)
+    _set_phase(run, f"step {step}: group {index + 1} scored")
+    saved = {t.index: t.pk for t in group.trajectories.only("id", "index")}
+    return {
+        "step": step, "group_index": index, "group_id": group.pk, "scenario_id": scenario_id,
+        "reward_mean": group.reward_mean, "reward_std": group.reward_std, "skipped": group.skipped,
+        "errors": group.errors, "scoring_error": group.scoring_error,
+        "trajectories": sorted(
+            ({"id": saved[t.index], "rank": t.rank, "reward": t.reward, "judge_score": t.judge_score,
+              "env_reward": t.env_reward, "advantage": t.advantage, "error": t.error[:300],
+              "explanation": t.explanation[:EXPLANATION_PREVIEW]} for t in rows),
+            key=lambda item: item["rank"],
+        ),
+    }
+
+
+def _record_judge_calls(run: Run, group: TrajectoryGroup, records: list[dict[str, Any]], judge_model: str) -> None:
+    """The judge scorer attaches its per-call accounting to the group's trajectories' metadata (once per group)."""
+    calls: list[dict[str, Any]] = []
+    for r in records:
+        meta = r.get("metadata") or {}
+        found = meta.get("judge_calls") or (meta.get("judge") or {}).get("calls") or []
+        if found:
+            calls = list(found)
+            break
+    JudgeCall.objects.bulk_create(
+        JudgeCall(run=run, group=group, judge_model=str(c.get("judge_model") or judge_model),
+                  prompt_hash=str(c.get("prompt_hash") or "")[:128], prompt_tokens=int(c.get("prompt_tokens") or 0),
+                  completion_tokens=int(c.get("completion_tokens") or 0), cost_usd=_num(c.get("cost_usd")),
+                  latency_s=_num(c.get("latency_s")), cached=bool(c.get("cache_hit")),
+                  raw_reply=str(c.get("raw_reply") or "")[:100_000])
+        for c in calls if isinstance(c, dict)
+    )
+
+
+def _on_review_requested(run: Run, e: dict[str, Any]) -> dict[str, Any]:
+    """With the review gate the run waits for a reviewer's approval; without it the runner answers at once
+    with the overrides made so far (execution/runner.py)."""
+    step = int(e["step"])
+    if run.review_gate and run.status == RunStatus.RUNNING:
+        _set_phase(run, f"step {step}: waiting for review", status=RunStatus.AWAITING_REVIEW)
+    elif not run.review_gate:
+        _set_phase(run, f"step {step}: applying overrides")
+    return {"step": step, "gate": run.review_gate}
+
+
+def _on_review_applied(run: Run, e: dict[str, Any]) -> dict[str, Any]:
+    """The advantages the step trains on, recomputed by the engine from the reviewed rewards."""
+    step = int(e["step"])
+    changed = 0
+    for g in e.get("groups") or []:
+        group = TrajectoryGroup.objects.filter(run=run, step_index=step, index=int(g.get("group_index", -1))).first()
+        if group is None:
+            continue
+        advantages = list(g.get("advantages") or [])
+        group.skipped = bool(g.get("skipped"))
+        group.save(update_fields=["skipped"])
+        for t in group.trajectories.all():
+            if t.index < len(advantages) and _num(advantages[t.index]) != t.advantage:
+                t.advantage = _num(advantages[t.index])
+                t.save(update_fields=["advantage"])
+                changed += 1
+    _set_phase(run, f"step {step}: training on the reviewed rewards")
+    return {"step": step, "changed_advantages": changed}
+
+
+def _on_train_step(run: Run, e: dict[str, Any]) -> dict[str, Any]:
+    step = int(e["step"])
+    _set_phase(run, f"step {step}: training")
+    return {"step": step, "metrics": _clean(e.get("metrics") or {})}
+
+
+def _on_checkpoint_saved(run: Run, e: dict[str, Any]) -> dict[str, Any]:
+    step = int(e["step"])
+    checkpoint, _ = Checkpoint.objects.update_or_create(
+        run=run, step_index=step, defaults={"path": str(e.get("path", "")), "adapter_name": str(e.get("adapter_name", ""))}
+    )
+    _set_phase(run, f"step {step}: checkpoint saved")
+    return {"step": step, "checkpoint_id": checkpoint.pk, "adapter_name": checkpoint.adapter_name}
+
+
+def _criteria_means(run: Run, step: int) -> dict[str, float]:
+    sums: dict[str, float] = defaultdict(float)
+    counts: dict[str, int] = defaultdict(int)
+    for criteria in Trajectory.objects.filter(group__run=run, group__step_index=step).values_list("criteria", flat=True):
+        for name, value in (criteria or {}).items():
+            if _num(value) is not None:
+                sums[name] += float(value)
+                counts[name] += 1
+    return {name: sums[name] / counts[name] for name in sorted(sums)}
+
+
+def _on_step_finished(run: Run, e: dict[str, Any]) -> dict[str, Any]:
+    step = int(e["step"])
+    metrics = _clean(e.get("metrics") or {})
+    costs = list(JudgeCall.objects.filter(run=run, group__step_index=step).values_list("cost_usd", flat=True))
+    cost = None if not costs or any(c is None for c in costs) else float(sum(costs))
+    Step.objects.update_or_create(run=run, index=step, defaults={"metrics": metrics, "judge_cost_usd": cost})
+    status = {} if run.status != RunStatus.AWAITING_REVIEW else {"status": RunStatus.RUNNING}
+    _set_phase(run, f"step {step} finished", steps_done=max(run.steps_done, step), **status)
+    return {"step": step, "metrics": metrics, "judge_cost_usd": cost, "criteria_means": _criteria_means(run, step)}
+
+
+def _on_run_finished(run: Run, e: dict[str, Any]) -> dict[str, Any]:
+    status = RunStatus.CANCELLED if e.get("status") == "cancelled" else RunStatus.COMPLETED
+    if run.status in ACTIVE_STATUSES:
+        _set_phase(run, "", status=status, finished_at=timezone.now())
+    return {"status": str(e.get("status")), "steps_done": int(e.get("steps_done", run.steps_done))}
+
+
+def _on_run_failed(run: Run, e: dict[str, Any]) -> dict[str, Any]:
+    error = str(e.get("error") or "the engine failed without a message")
+    if run.status in ACTIVE_STATUSES:
+        _set_phase(run, "", status=RunStatus.FAILED, error=error, finished_at=timezone.now())
+    return {"step": int(e.get("step", -1)), "error": error[:4000]}
+
+
+_HANDLERS: dict[str, Callable[[Run, dict[str, Any]], dict[str, Any]]] = {
+    "run_started": _on_run_started,
+    "group_rolled_out": _on_group_rolled_out,
+    "group_scored": _on_group_scored,
+    "review_requested": _on_review_requested,
+    "review_applied": _on_review_applied,
+    "train_step": _on_train_step,
+    "checkpoint_saved": _on_checkpoint_saved,
+    "step_finished": _on_step_finished,
+    "run_finished": _on_run_finished,
+    "run_failed": _on_run_failed,
+}

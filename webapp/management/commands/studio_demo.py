@@ -1,0 +1,130 @@
+"""`python manage.py studio_demo`: a working Rubric Studio on this machine in one command.
+
+Creates a demo user and project (credentials printed), builds the tiny offline model, launches the demo run
+(the tiny model learns 2048 moves) and prints the URL. With JUDGE_MODEL set (plus JUDGE_API_BASE and/or
+JUDGE_API_KEY_ENV) the run is scored by that judge; otherwise it trains on the game's verifiable reward.
+With --serve it then serves the app (daphne) so the run can be watched live; the in-process executor runs it.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+from pathlib import Path
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
+
+from webapp.execution.executors import hold_submissions
+from webapp.models import Agent, JudgeConfig, Project, Rubric, Scenario, ScenarioSet
+from webapp.services import catalogue
+from webapp.services.projects import project_create
+from webapp.services.runs import run_launch
+
+DEMO_USER = "demo"
+DEMO_RUBRIC = ("Score each attempt at the 2048 move. A legal move that keeps the board open beats an illegal or "
+               "malformed one; answers must use the requested format and nothing else.")
+
+
+class Command(BaseCommand):
+    help = "Create a demo user and project, build the tiny model and launch the demo run."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--steps", type=int, default=30)
+        parser.add_argument("--host", default="127.0.0.1")
+        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument("--model-dir", default=str(settings.BASE_DIR / "var" / "tiny-model"))
+        parser.add_argument("--serve", action="store_true", help="Serve the app after launching (daphne).")
+
+    def handle(self, *args, steps: int, host: str, port: int, model_dir: str, serve: bool, **options):
+        from training.demo import demo_config
+        from training.tiny_model import ensure_tiny_model
+
+        call_command("migrate", verbosity=0, interactive=False)
+        if serve:
+            hold_submissions()  # the server process started below picks the queued run up
+        user, password = self._user()
+        self.stdout.write("Building the tiny offline model (cached after the first time)…")
+        model_path = ensure_tiny_model(Path(model_dir))
+        demo = demo_config(out_dir="unused", steps=steps, model_dir=model_path)
+        with transaction.atomic():
+            project = Project.objects.filter(owner=user, name="Demo").first() or project_create(
+                owner=user, name="Demo", description="The tiny offline model learning to play 2048 moves.")
+            agent = Agent.objects.filter(project=project, name="2048 player").first() or catalogue.agent_create(
+                user=user, project=project, name="2048 player", base_model=str(model_path),
+                system_prompt=demo.system_prompt, environment_kind=demo.environment.kind,
+                environment_options=demo.environment.options, temperature=demo.sampling.temperature,
+                top_p=demo.sampling.top_p, max_tokens=demo.sampling.max_tokens)
+            scenario_set = ScenarioSet.objects.filter(project=project, name="2048 games").first()
+            if scenario_set is None:
+                scenario_set = catalogue.scenario_set_create(user=user, project=project, name="2048 games")
+                Scenario.objects.bulk_create(
+                    Scenario(scenario_set=scenario_set, external_id=s.id, user_message=s.user_message,
+                             metadata=s.metadata) for s in demo.scenarios)
+            judge, rubric_version = self._judge(user, project)
+            run = run_launch(
+                user=user, project=project, name=f"demo-{project.runs.count() + 1}", agent=agent,
+                scenario_set=scenario_set, rubric_version=rubric_version, judge_config=judge, steps=steps,
+                group_size=demo.grpo.group_size, groups_per_step=demo.grpo.groups_per_step,
+                learning_rate=demo.grpo.learning_rate, seed=demo.seed,
+                overrides={"lora": demo.lora.model_dump(), "grpo": {"micro_batch_size": demo.grpo.micro_batch_size,
+                                                                     "max_grad_norm": demo.grpo.max_grad_norm}})
+        url = f"http://{host}:{port}/runs/{run.id}/"
+        self.stdout.write(self.style.SUCCESS("Rubric Studio demo"))
+        self.stdout.write(f"  user:     {user.username}")
+        self.stdout.write(f"  password: {password}" if password else "  password: (unchanged; set on first run)")
+        self.stdout.write(f"  run:      {url}")
+        self.stdout.write("  scoring:  " + (f"judge {judge.model}" if judge else
+                                            "the game's verifiable reward (no JUDGE_MODEL set)"))
+        self.stdout.write(f"  executor: {settings.STUDIO_EXECUTOR}"
+                          + ("" if settings.STUDIO_EXECUTOR == "inprocess" else " (start a worker on queue gpu)"))
+        if not serve and settings.STUDIO_EXECUTOR == "inprocess":
+            self._follow(run.id)
+        if serve:
+            self.stdout.write(f"Serving on http://{host}:{port}/ (Ctrl-C to stop)…")
+            # The interpreter running this command, not a `daphne` on PATH: `make demo` does not activate the venv.
+            os.execv(sys.executable, [sys.executable, "-m", "daphne", "-b", host, "-p", str(port),
+                                      "webapp.asgi:application"])
+
+    def _follow(self, run_id: int) -> None:
+        """Without a server, this process is the executor: show a live progress line until the run ends."""
+        import time
+
+        from webapp.models import Run
+
+        while True:
+            run = Run.objects.get(pk=run_id)
+            self.stdout.write(f"\r  {run.status:<10} step {run.steps_done}/{run.total_steps}  {run.phase[:60]:<60}",
+                              ending="")
+            self.stdout.flush()
+            if run.status not in ("queued", "running", "paused", "awaiting_review"):
+                self.stdout.write("")
+                if run.error:
+                    raise CommandError(run.error)
+                return
+            time.sleep(1.0)
+
+    def _user(self):
+        users = get_user_model()
+        user = users.objects.filter(username=DEMO_USER).first()
+        if user is not None:
+            return user, None
+        password = os.environ.get("DEMO_PASSWORD") or secrets.token_urlsafe(9)
+        return users.objects.create_user(username=DEMO_USER, password=password), password
+
+    def _judge(self, user, project):
+        model = os.environ.get("JUDGE_MODEL")
+        if not model:
+            return None, None
+        key_env = os.environ.get("JUDGE_API_KEY_ENV", "")
+        if key_env and not os.environ.get(key_env):
+            raise CommandError(f"JUDGE_API_KEY_ENV names {key_env!r}, but that variable is not set")
+        judge = JudgeConfig.objects.filter(project=project, model=model).first() or catalogue.judge_config_create(
+            user=user, project=project, name=f"judge {model}"[:200], model=model,
+            api_base=os.environ.get("JUDGE_API_BASE", ""), api_key_env=key_env)
+        rubric = Rubric.objects.filter(project=project, name="2048 moves").first() or catalogue.rubric_create(
+            user=user, project=project, name="2048 moves", text=DEMO_RUBRIC)
+        return judge, rubric.latest_version

@@ -1,0 +1,185 @@
+"""Reads for review: side-by-side comparisons with a diff, the review queue, judge-vs-human agreement.
+
+Callers pass objects already fetched through `selectors` (membership checked).
+"""
+from __future__ import annotations
+
+import difflib
+import re
+from collections import defaultdict
+from typing import Any, Iterable
+
+from django.db.models import Prefetch, Q, QuerySet
+from django.http import Http404
+
+from judging.agreement import compare
+from webapp.models import Project, Run, ScoreOverride, Trajectory, TrajectoryGroup
+
+MAX_COLUMNS = 6
+
+# --- side by side -------------------------------------------------------------------------------------------
+
+_TOKEN = re.compile(r"\s+|\w+|[^\w\s]")
+
+
+def answer_diff(reference: str, text: str) -> list[tuple[str, str]]:
+    """`text` against `reference`, word by word: [("same"|"ins"|"del", chunk)]. Computed here with difflib and
+    rendered by an escaping template, so model output never reaches the page as markup."""
+    a, b = _TOKEN.findall(reference), _TOKEN.findall(text)
+    segments: list[tuple[str, str]] = []
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if op == "equal":
+            segments.append(("same", "".join(b[j1:j2])))
+            continue
+        if op in ("delete", "replace"):
+            segments.append(("del", "".join(a[i1:i2])))
+        if op in ("insert", "replace"):
+            segments.append(("ins", "".join(b[j1:j2])))
+    return segments
+
+
+def compare_columns(*, run: Run, trajectory_ids: Iterable[int]) -> list[dict[str, Any]]:
+    """One column per picked trajectory (in the order given, at most MAX_COLUMNS), each with its answer diffed
+    against the first column's."""
+    ids = list(dict.fromkeys(int(i) for i in trajectory_ids))[:MAX_COLUMNS]
+    found = {t.id: t for t in Trajectory.objects.filter(pk__in=ids, group__run=run).select_related("group")}
+    if len(found) != len(ids) or not ids:
+        raise Http404("pick trajectories of this run")
+    trajectories = [found[i] for i in ids]
+    reference = trajectories[0].final_answer
+    history = defaultdict(list)
+    for o in ScoreOverride.objects.filter(trajectory_id__in=ids).select_related("user").order_by("-id"):
+        history[o.trajectory_id].append(o)
+    return [{"trajectory": t, "group": t.group, "answer": t.final_answer, "is_reference": i == 0,
+             "diff": [] if i == 0 else answer_diff(reference, t.final_answer), "history": history[t.id][:5]}
+            for i, t in enumerate(trajectories)]
+
+
+def group_neighbours(*, group: TrajectoryGroup) -> dict[str, TrajectoryGroup | None]:
+    """The groups before and after this one in the run (step, then group index): keyboard navigation."""
+    qs = TrajectoryGroup.objects.filter(run_id=group.run_id).only("id", "step_index", "index")
+    before = Q(step_index__lt=group.step_index) | Q(step_index=group.step_index, index__lt=group.index)
+    after = Q(step_index__gt=group.step_index) | Q(step_index=group.step_index, index__gt=group.index)
+    return {"previous": qs.filter(before).order_by("-step_index", "-index").first(),
+            "next": qs.filter(after).order_by("step_index", "index").first()}
+
+
+def scenario_steps(*, run: Run, scenario_id: str) -> QuerySet[TrajectoryGroup]:
+    return run.groups.filter(scenario_external_id=scenario_id).order_by("step_index", "index")
+
+
+def scenario_default_pair(*, run: Run, scenario_id: str) -> list[int]:
+    """The best trajectory of the scenario's first group and of its latest: what changed over training."""
+    groups = list(scenario_steps(run=run, scenario_id=scenario_id))
+    if not groups:
+        raise Http404("this scenario was not rolled out in this run")
+    picks = []
+    for group in dict.fromkeys([groups[0], groups[-1]]):
+        best = group.trajectories.order_by("rank", "index").first()
+        if best is not None:
+            picks.append(best.id)
+    return picks
+
+
+# --- the review queue ---------------------------------------------------------------------------------------
+# Deliberately simple, documented heuristics (docs/webapp.md), each a reason shown to the reviewer:
+DISAGREEMENT_MIN = 0.1  # mean std of a trajectory's score across judge passes
+NEAR_TIE_GAP = 0.05  # two distinct trajectories scored this close: the ranking is a coin flip
+HIGH, LOW = 0.7, 0.3  # an explanation "contradicts" a score at or beyond these
+NEGATIVE = re.compile(r"\b(incorrect|wrong|fails?|failed|invalid|illegal|irrelevant|hallucinat\w*|unfaithful|"
+                      r"inaccurate|missing|does not|doesn't|did not|didn't|no answer)\b", re.I)
+POSITIVE = re.compile(r"\b(correct|excellent|perfect|faithful|accurate|complete|best|great)\b", re.I)
+
+
+def _contradiction(t: Trajectory) -> str | None:
+    score, text = t.judge_score, t.explanation or ""
+    if score is None or not text:
+        return None
+    if score >= HIGH and NEGATIVE.search(text):
+        return f"explanation sounds negative (“{NEGATIVE.search(text).group(0)}”) for a high score {score:.2f}"
+    if score <= LOW and POSITIVE.search(text) and not NEGATIVE.search(text):
+        return f"explanation sounds positive (“{POSITIVE.search(text).group(0)}”) for a low score {score:.2f}"
+    return None
+
+
+def group_review_reasons(group: TrajectoryGroup, trajectories: list[Trajectory]) -> list[str]:
+    reasons = []
+    scored = [t for t in trajectories if t.reward is not None and not t.error]
+    if group.skipped and len(scored) >= 2:
+        reasons.append("zero variance: every trajectory got the same reward, so the group teaches nothing")
+    judge = next((t.metadata.get("judge") for t in trajectories if (t.metadata or {}).get("judge")), None) or {}
+    if (judge.get("disagreement") or 0) >= DISAGREEMENT_MIN:
+        reasons.append(f"judge passes disagree (mean spread {judge['disagreement']:.2f})")
+    values = sorted({round(t.judge_score, 6) for t in scored if t.judge_score is not None}, reverse=True)
+    gaps = [a - b for a, b in zip(values, values[1:])]
+    if gaps and min(gaps) < NEAR_TIE_GAP:
+        reasons.append(f"near-tie: two answers scored {min(gaps):.3f} apart")
+    for t in scored:
+        if (why := _contradiction(t)) is not None:
+            reasons.append(f"#{t.rank}: {why}")
+    return reasons
+
+
+def review_queue(*, run: Run, limit: int = 50, scan: int = 300) -> list[dict[str, Any]]:
+    """Groups most worth a human look, most reasons first; groups a person already labelled go last."""
+    groups = (run.groups.order_by("-step_index", "index")
+              .prefetch_related(Prefetch("trajectories", queryset=Trajectory.objects.order_by("rank", "index")))[:scan])
+    queue = []
+    for group in groups:
+        trajectories = list(group.trajectories.all())
+        reasons = group_review_reasons(group, trajectories)
+        if reasons:
+            labelled = sum(t.override_score is not None for t in trajectories)
+            queue.append({"group": group, "reasons": reasons, "labelled": labelled, "size": len(trajectories)})
+    queue.sort(key=lambda item: (item["labelled"] > 0, -len(item["reasons"]), -item["group"].step_index))
+    return queue[:limit]
+
+
+# --- agreement ----------------------------------------------------------------------------------------------
+
+def _machine(t: Trajectory) -> float | None:
+    """The judge's score; for a run without a judge, the reward it trained on (the env reward)."""
+    return t.judge_score if t.judge_score is not None else t.reward
+
+
+def _report(groups: list[list[Trajectory]]) -> dict[str, Any]:
+    labelled = [g for g in groups if sum(t.override_score is not None for t in g) >= 2]
+    report = compare([[_machine(t) for t in g] for g in labelled], [[t.override_score for t in g] for g in labelled])
+    return {"pairwise": report.pairwise, "spearman": report.spearman, "kendall_tau": report.kendall_tau,
+            "groups": len(labelled), "pairs": sum(x.pairs for x in report.groups),
+            "labels": sum(t.override_score is not None for g in labelled for t in g)}
+
+
+def _labelled_groups(trajectories: QuerySet[Trajectory]) -> dict[int, list[Trajectory]]:
+    groups: dict[int, list[Trajectory]] = defaultdict(list)
+    for t in trajectories.order_by("group_id", "index"):
+        groups[t.group_id].append(t)
+    return groups
+
+
+def run_agreement(*, run: Run) -> dict[str, Any]:
+    """Judge vs human over the run and per step. Only groups with at least two human labels count."""
+    touched = Trajectory.objects.filter(group__run=run, override_score__isnull=False).values("group_id")
+    rows = Trajectory.objects.filter(group_id__in=touched).select_related("group")
+    groups = _labelled_groups(rows)
+    by_step: dict[int, list[list[Trajectory]]] = defaultdict(list)
+    for members in groups.values():
+        by_step[members[0].group.step_index].append(members)
+    return {"overall": _report(list(groups.values())),
+            "steps": [{"step": step, **_report(by_step[step])} for step in sorted(by_step)]}
+
+
+def project_agreement_by_version(*, project: Project) -> list[dict[str, Any]]:
+    """Judge vs human per rubric version, over every run of the project."""
+    touched = Trajectory.objects.filter(group__run__project=project, override_score__isnull=False).values("group_id")
+    rows = Trajectory.objects.filter(group_id__in=touched).select_related("rubric_version__rubric")
+    by_version: dict[Any, list[list[Trajectory]]] = defaultdict(list)
+    for members in _labelled_groups(rows).values():
+        by_version[members[0].rubric_version].append(members)
+    out = [{"version": v, "label": str(v) if v else "no rubric (default or env reward)", **_report(gs)}
+           for v, gs in by_version.items()]
+    return sorted(out, key=lambda r: (r["version"] is None, str(r["label"])))
+
+
+def run_overrides(*, run: Run, limit: int = 200) -> QuerySet[ScoreOverride]:
+    return run.overrides.select_related("user").order_by("-id")[:limit]

@@ -1,0 +1,147 @@
+"""Reads, always through the user's project membership: a non-member's lookup is a 404, never a leak."""
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from django.db.models import Count, Model, Prefetch, Q, QuerySet
+from django.http import Http404
+
+from webapp.models import (
+    Agent, Checkpoint, JudgeConfig, Membership, Project, Role, Rubric, Run, RunEvent, ScenarioSet, Step, Trajectory,
+    TrajectoryGroup,
+)
+from webapp.services.access import require_role, role_of
+
+M = TypeVar("M", bound=Model)
+
+
+def projects_for_user(*, user) -> QuerySet[Project]:
+    if not getattr(user, "is_authenticated", False):
+        return Project.objects.none()
+    return (Project.objects.filter(Q(owner=user) | Q(memberships__user=user)).distinct()
+            .annotate(run_count=Count("runs", distinct=True)))
+
+
+def project_get(*, user, project_id: int, role: str = Role.VIEWER) -> Project:
+    project = Project.objects.filter(pk=project_id).first()
+    if project is None:
+        raise Http404("no such project")
+    require_role(user=user, project=project, role=role)
+    return project
+
+
+def project_role(*, user, project: Project) -> str | None:
+    return role_of(user=user, project=project)
+
+
+def project_members(*, project: Project) -> QuerySet[Membership]:
+    return project.memberships.select_related("user").order_by("user__username")
+
+
+def in_project_get(*, user, model: type[M], pk: int, role: str = Role.VIEWER, path: str = "project") -> M:
+    """Any object under a project (`path` is the lookup to its project), checked against the user's role."""
+    obj = model.objects.select_related(path).filter(pk=pk).first()
+    if obj is None:
+        raise Http404("not found")
+    project = obj
+    for part in path.split("__"):
+        project = getattr(project, part)
+    require_role(user=user, project=project, role=role)
+    return obj
+
+
+def user_project_ids(*, user) -> QuerySet:
+    return projects_for_user(user=user).values("id")
+
+
+def for_user(*, user, queryset: QuerySet[M], path: str = "project") -> QuerySet[M]:
+    """Restricts a queryset to objects in projects the user belongs to (API list endpoints)."""
+    return queryset.filter(**{f"{path}__in": Project.objects.filter(
+        Q(owner=user) | Q(memberships__user=user)).values("id")})
+
+
+def run_get(*, user, run_id: int, role: str = Role.VIEWER) -> Run:
+    run = (Run.objects.select_related("project", "agent", "scenario_set", "rubric_version__rubric", "judge_config")
+           .filter(pk=run_id).first())
+    if run is None:
+        raise Http404("no such run")
+    require_role(user=user, project=run.project, role=role)
+    return run
+
+
+def run_visible(*, user, run_id: int) -> bool:
+    try:
+        run_get(user=user, run_id=run_id)
+    except Http404:
+        return False
+    return True
+
+
+def runs_for_project(*, project: Project) -> QuerySet[Run]:
+    return project.runs.select_related("agent", "scenario_set").order_by("-created_at", "-id")
+
+
+def run_events_after(*, run_id: int, after: int, limit: int = 5000) -> list[dict[str, Any]]:
+    events = RunEvent.objects.filter(run_id=run_id, seq__gt=after).order_by("seq")[:limit]
+    return [e.as_message() for e in events]
+
+
+def run_steps(*, run: Run) -> QuerySet[Step]:
+    return run.steps.order_by("index")
+
+
+def run_groups(*, run: Run, limit: int | None = 20, offset: int = 0, step: int | None = None
+               ) -> QuerySet[TrajectoryGroup]:
+    """Newest step first; each group with its trajectories ranked. Bounded: a page never loads a whole run."""
+    qs = run.groups.order_by("-step_index", "index")
+    if step is not None:
+        qs = qs.filter(step_index=step)
+    qs = qs.prefetch_related(Prefetch("trajectories", queryset=Trajectory.objects.order_by("rank", "index")
+                                      .defer("tools", "metadata")))
+    return qs[offset: offset + limit] if limit is not None else qs[offset:]
+
+
+def run_group_count(*, run: Run) -> int:
+    return run.groups.count()
+
+
+def group_get(*, user, group_id: int) -> TrajectoryGroup:
+    group = in_project_get(user=user, model=TrajectoryGroup, pk=group_id, path="run__project")
+    return group
+
+
+def trajectory_get(*, user, trajectory_id: int) -> Trajectory:
+    return in_project_get(user=user, model=Trajectory, pk=trajectory_id, path="group__run__project")
+
+
+def checkpoint_get(*, user, checkpoint_id: int) -> Checkpoint:
+    return in_project_get(user=user, model=Checkpoint, pk=checkpoint_id, path="run__project")
+
+
+def run_chart_data(*, run: Run) -> dict[str, Any]:
+    """The reward curves so far, in the same shape the live stream appends to (see static/webapp/run.js)."""
+    points = []
+    for step in run_steps(run=run):
+        m = step.metrics or {}
+        points.append({"step": step.index, "reward_mean": m.get("reward_mean"), "reward_std": m.get("reward_std"),
+                       "judge_mean": m.get("judge_mean"), "env_mean": m.get("env_mean")})
+    criteria: dict[str, list[dict[str, Any]]] = {}
+    for event in run.events.filter(kind="step_finished").order_by("seq").values_list("payload", flat=True):
+        for name, value in (event.get("criteria_means") or {}).items():
+            criteria.setdefault(name, []).append({"step": event["step"], "value": value})
+    return {"points": points, "criteria": criteria}
+
+
+def run_judge_cost(*, run: Run) -> dict[str, Any]:
+    costs = list(run.judge_calls.values_list("cost_usd", flat=True))
+    known = [c for c in costs if c is not None]
+    return {"calls": len(costs), "cost_usd": sum(known) if known else None, "unpriced": len(costs) - len(known)}
+
+
+def catalogue_for_project(*, project: Project) -> dict[str, QuerySet]:
+    return {
+        "agents": Agent.objects.filter(project=project),
+        "scenario_sets": ScenarioSet.objects.filter(project=project).annotate(n=Count("scenarios")),
+        "rubrics": Rubric.objects.filter(project=project).annotate(n=Count("versions")),
+        "judges": JudgeConfig.objects.filter(project=project),
+    }

@@ -1,0 +1,190 @@
+"""Writes to the catalogue: agents, scenario sets and scenarios, rubrics and their versions, judge configs."""
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+
+from webapp.models import Agent, JudgeConfig, Project, Role, Rubric, RubricVersion, Scenario, ScenarioSet
+from webapp.services.access import require_role
+from webapp.services.scenario_import import parse_scenario_file
+from webapp.services.secrets import secret_encrypt
+
+AGENT_FIELDS = ("name", "base_model", "system_prompt", "environment_kind", "environment_options", "temperature",
+                "top_p", "max_tokens")
+ENV_VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _save(obj, *, unique_message: str) -> None:
+    """full_clean then save; a race on a unique name becomes the same field error as the check."""
+    obj.full_clean()
+    try:
+        with transaction.atomic():
+            obj.save()
+    except IntegrityError:
+        raise ValidationError({"name": [unique_message]}) from None
+
+
+def _check_sampling(temperature: float, top_p: float, max_tokens: int) -> None:
+    errors = {}
+    if not 0.0 <= temperature <= 2.0:
+        errors["temperature"] = ["temperature must be between 0 and 2"]
+    if not 0.0 < top_p <= 1.0:
+        errors["top_p"] = ["top_p must be above 0 and at most 1"]
+    if not 1 <= max_tokens <= 32768:
+        errors["max_tokens"] = ["max_tokens must be between 1 and 32768"]
+    if errors:
+        raise ValidationError(errors)
+
+
+def agent_create(*, user, project: Project, **fields: Any) -> Agent:
+    require_role(user=user, project=project, role=Role.EDITOR)
+    agent = Agent(project=project, **{k: v for k, v in fields.items() if k in AGENT_FIELDS})
+    _check_sampling(agent.temperature, agent.top_p, agent.max_tokens)
+    _save(agent, unique_message="an agent with this name already exists in the project")
+    return agent
+
+
+def agent_update(*, user, agent: Agent, **fields: Any) -> Agent:
+    require_role(user=user, project=agent.project, role=Role.EDITOR)
+    for key, value in fields.items():
+        if key in AGENT_FIELDS:
+            setattr(agent, key, value)
+    _check_sampling(agent.temperature, agent.top_p, agent.max_tokens)
+    _save(agent, unique_message="an agent with this name already exists in the project")
+    return agent
+
+
+def scenario_set_create(*, user, project: Project, name: str, description: str = "") -> ScenarioSet:
+    require_role(user=user, project=project, role=Role.EDITOR)
+    scenario_set = ScenarioSet(project=project, name=name.strip(), description=description)
+    _save(scenario_set, unique_message="a scenario set with this name already exists in the project")
+    return scenario_set
+
+
+def scenario_create(*, user, scenario_set: ScenarioSet, user_message: str, external_id: str = "",
+                    context: str = "", reference: str = "", split: str = Scenario.Split.TRAIN,
+                    metadata: dict | None = None) -> Scenario:
+    require_role(user=user, project=scenario_set.project, role=Role.EDITOR)
+    external_id = external_id.strip() or f"s{scenario_set.scenarios.count() + 1}"
+    if scenario_set.scenarios.filter(external_id=external_id).exists():
+        raise ValidationError({"external_id": [f"id {external_id!r} is already used in this set"]})
+    scenario = Scenario(scenario_set=scenario_set, external_id=external_id, user_message=user_message,
+                        context=context, reference=reference, split=split, metadata=metadata or {})
+    scenario.full_clean()
+    scenario.save()
+    return scenario
+
+
+def scenario_set_import(*, user, scenario_set: ScenarioSet, file_name: str, data: bytes) -> list[Scenario]:
+    """Imports every row of a CSV/JSONL file or none; errors name each bad row (ValidationError on `file`)."""
+    require_role(user=user, project=scenario_set.project, role=Role.EDITOR)
+    parsed = parse_scenario_file(name=file_name, data=data)
+    errors = list(parsed.errors)
+    if not errors:
+        taken = set(scenario_set.scenarios.filter(external_id__in=[r.external_id for r in parsed.rows])
+                    .values_list("external_id", flat=True))
+        errors = [f"id {r.external_id!r} already exists in this set" for r in parsed.rows if r.external_id in taken]
+    if errors:
+        raise ValidationError({"file": errors})
+    with transaction.atomic():
+        return Scenario.objects.bulk_create(
+            Scenario(scenario_set=scenario_set, external_id=r.external_id, user_message=r.user_message,
+                     context=r.context, reference=r.reference, split=r.split, metadata=r.metadata)
+            for r in parsed.rows
+        )
+
+
+def _clean_criteria(criteria: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    cleaned, problems, names = [], [], set()
+    for number, item in enumerate(criteria or [], start=1):
+        name = str(item.get("name", "")).strip()
+        description = str(item.get("description", "")).strip()
+        try:
+            weight = float(item.get("weight", 1.0))
+        except (TypeError, ValueError):
+            problems.append(f"criterion {number}: weight must be a number")
+            continue
+        if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]{0,49}", name):
+            problems.append(f"criterion {number}: name must be a short identifier (letters, digits, _)")
+        elif name in names:
+            problems.append(f"criterion {number}: name {name!r} repeats")
+        if not 0 < weight <= 100:
+            problems.append(f"criterion {number}: weight must be above 0 and at most 100")
+        if len(description) > 2000:
+            problems.append(f"criterion {number}: description is longer than 2000 characters")
+        names.add(name)
+        cleaned.append({"name": name, "description": description, "weight": weight})
+    if problems:
+        raise ValidationError({"criteria": problems})
+    return cleaned
+
+
+@transaction.atomic
+def rubric_create(*, user, project: Project, name: str, text: str,
+                  criteria: list[dict[str, Any]] | None = None) -> Rubric:
+    require_role(user=user, project=project, role=Role.EDITOR)
+    rubric = Rubric(project=project, name=name.strip())
+    _save(rubric, unique_message="a rubric with this name already exists in the project")
+    rubric_version_create(user=user, rubric=rubric, text=text, criteria=criteria)
+    return rubric
+
+
+@transaction.atomic
+def rubric_version_create(*, user, rubric: Rubric, text: str,
+                          criteria: list[dict[str, Any]] | None = None) -> RubricVersion:
+    require_role(user=user, project=rubric.project, role=Role.EDITOR)
+    # Lock the rubric so two editors saving at once get consecutive numbers, not a unique-constraint error.
+    Rubric.objects.select_for_update().filter(pk=rubric.pk).first()
+    last = rubric.versions.order_by("-number").values_list("number", flat=True).first() or 0
+    version = RubricVersion(rubric=rubric, number=last + 1, text=text.strip(), criteria=_clean_criteria(criteria),
+                            created_by=user if getattr(user, "is_authenticated", False) else None)
+    if not version.text:
+        raise ValidationError({"text": ["the rubric text is empty"]})
+    version.full_clean()
+    version.save()
+    return version
+
+
+def _apply_judge_fields(judge: JudgeConfig, fields: dict[str, Any]) -> None:
+    for key in ("name", "model", "api_base", "api_key_env", "temperature", "passes", "concurrency", "budget_usd"):
+        if key in fields:
+            setattr(judge, key, fields[key])
+    if judge.budget_usd is not None:
+        judge.budget_usd = Decimal(str(judge.budget_usd))
+    errors = {}
+    if judge.api_key_env and not ENV_VAR_NAME.match(judge.api_key_env):
+        errors["api_key_env"] = ["must be the name of an environment variable, e.g. OPENAI_API_KEY"]
+    if not 0.0 <= judge.temperature <= 2.0:
+        errors["temperature"] = ["temperature must be between 0 and 2"]
+    if not 1 <= judge.passes <= 10:
+        errors["passes"] = ["passes must be between 1 and 10"]
+    if not 1 <= judge.concurrency <= 64:
+        errors["concurrency"] = ["concurrency must be between 1 and 64"]
+    if errors:
+        raise ValidationError(errors)
+    api_key = fields.get("api_key")
+    if api_key:
+        judge.api_key_encrypted = secret_encrypt(plaintext=api_key)
+    if fields.get("clear_api_key"):
+        judge.api_key_encrypted = ""
+
+
+def judge_config_create(*, user, project: Project, **fields: Any) -> JudgeConfig:
+    """`api_key` (optional) is encrypted before it touches the database and is never returned."""
+    require_role(user=user, project=project, role=Role.EDITOR)
+    judge = JudgeConfig(project=project)
+    _apply_judge_fields(judge, fields)
+    _save(judge, unique_message="a judge with this name already exists in the project")
+    return judge
+
+
+def judge_config_update(*, user, judge: JudgeConfig, **fields: Any) -> JudgeConfig:
+    """A blank `api_key` keeps the stored one (the form never shows it back); `clear_api_key` removes it."""
+    require_role(user=user, project=judge.project, role=Role.EDITOR)
+    _apply_judge_fields(judge, fields)
+    _save(judge, unique_message="a judge with this name already exists in the project")
+    return judge

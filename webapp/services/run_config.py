@@ -1,0 +1,95 @@
+"""Building a run's engine config from the catalogue, validated by the engine's own pydantic model."""
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+
+from webapp.models import Agent, JudgeConfig, RubricVersion, Scenario, ScenarioSet
+
+# Launch-form defaults sized for a CPU laptop; the advanced JSON can override any engine field.
+DEFAULT_STEPS = 10
+DEFAULT_GROUP_SIZE = 4
+DEFAULT_GROUPS_PER_STEP = 2
+DEFAULT_LEARNING_RATE = 1e-5
+
+
+def config_name(name: str) -> str:
+    """The engine's name is also an adapter prefix, so it must be a safe identifier."""
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.") or "run"
+    return slug[:60]
+
+
+def judge_options(*, judge: JudgeConfig, rubric_version: RubricVersion | None,
+                  api_key_env: str | None) -> dict[str, Any]:
+    """The `judge` section of the engine config (options of studio.scoring.judge_scorer_from_config).
+
+    The key itself never goes in: only the name of the environment variable the engine will read."""
+    options: dict[str, Any] = {"judge_model": judge.model, "passes": judge.passes,
+                               "concurrency": judge.concurrency}
+    if judge.api_base:
+        options["api_base"] = judge.api_base
+    if api_key_env:
+        options["api_key_env"] = api_key_env
+    if judge.temperature:
+        options["temperature"] = judge.temperature
+    if rubric_version is not None:
+        options["rubric"] = rubric_version.text
+        if rubric_version.criteria:
+            options["criteria"] = rubric_version.criteria
+    return options
+
+
+def deep_merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def run_config_build(*, name: str, agent: Agent, scenario_set: ScenarioSet, rubric_version: RubricVersion | None,
+                     judge: JudgeConfig | None, steps: int, group_size: int, groups_per_step: int,
+                     learning_rate: float, seed: int = 0, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Returns RunConfig.model_dump(mode="json"); raises ValidationError naming the bad key."""
+    from training import TrainingError
+    from training.config import parse_run_config
+
+    scenarios = [
+        {"id": s.external_id, "user_message": s.user_message, "context": s.context or None,
+         "reference": s.reference or None, "metadata": s.metadata}
+        for s in scenario_set.scenarios.filter(split=Scenario.Split.TRAIN).order_by("id")
+    ]
+    if not scenarios:
+        raise ValidationError({"scenario_set": ["this scenario set has no training scenarios; add or upload some"]})
+    if judge is None and rubric_version is not None:
+        raise ValidationError({"judge_config": ["a rubric needs a judge to apply it; choose a judge or no rubric"]})
+    api_key_env = judge.api_key_env or ("STUDIO_JUDGE_API_KEY" if judge.has_stored_key else None) if judge else None
+    data: dict[str, Any] = {
+        "name": config_name(name),
+        "base_model": agent.base_model,
+        "system_prompt": agent.system_prompt,
+        "scenarios": scenarios,
+        "environment": {"kind": agent.environment_kind, "options": agent.environment_options or {}},
+        "sampling": {"temperature": agent.temperature, "top_p": agent.top_p, "max_tokens": agent.max_tokens},
+        "grpo": {"group_size": group_size, "groups_per_step": groups_per_step, "learning_rate": learning_rate},
+        "steps": steps,
+        "seed": seed,
+        "output_dir": str(settings.STUDIO_RUNS_DIR / f"{config_name(name)}-{uuid.uuid4().hex[:12]}"),
+        "judge": judge_options(judge=judge, rubric_version=rubric_version, api_key_env=api_key_env) if judge else None,
+    }
+    if overrides:
+        forbidden = {"judge", "output_dir"} & set(overrides)
+        if forbidden:
+            raise ValidationError({"overrides": [f"{', '.join(sorted(forbidden))} cannot be overridden here; "
+                                                 "choose a judge in the form"]})
+        data = deep_merge(data, overrides)
+    try:
+        return parse_run_config(data).model_dump(mode="json")
+    except TrainingError as err:
+        raise ValidationError({"overrides": [str(err)]}) from None

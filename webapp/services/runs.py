@@ -1,0 +1,184 @@
+"""The run state machine: queued → running ⇄ paused → awaiting_review → completed | failed | cancelled | crashed.
+
+Every transition is a conditional UPDATE on the current status, so two workers (or a worker and a click) can
+never both win; each accepted transition is also appended as a `status` RunEvent for the live page.
+"""
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from webapp.live.ingest import run_status_publish
+from webapp.models import Agent, Checkpoint, JudgeConfig, Project, Role, RubricVersion, Run, RunStatus, ScenarioSet
+from webapp.models.runs import ACTIVE_STATUSES
+from webapp.services.access import require_role
+from webapp.services.run_config import deep_merge, run_config_build
+
+log = logging.getLogger(__name__)
+
+
+def _same_project(project: Project, **objects: Any) -> None:
+    for field, obj in objects.items():
+        owner = obj.rubric.project_id if isinstance(obj, RubricVersion) else getattr(obj, "project_id", None)
+        if obj is not None and owner != project.id:
+            raise ValidationError({field: ["choose one from this project"]})
+
+
+def run_launch(*, user, project: Project, name: str, agent: Agent, scenario_set: ScenarioSet,
+               rubric_version: RubricVersion | None = None, judge_config: JudgeConfig | None = None,
+               steps: int, group_size: int, groups_per_step: int, learning_rate: float, seed: int = 0,
+               overrides: dict[str, Any] | None = None, review_gate: bool = False,
+               parent_checkpoint: Checkpoint | None = None) -> Run:
+    """`review_gate`: wait for a reviewer after each step's scoring. `parent_checkpoint`: a fork, starting from
+    that checkpoint's adapter (the engine's init_checkpoint)."""
+    require_role(user=user, project=project, role=Role.EDITOR)
+    if parent_checkpoint is not None:
+        if parent_checkpoint.run.project_id != project.id:
+            raise ValidationError({"parent_checkpoint": ["choose a checkpoint of a run in this project"]})
+        overrides = {**(overrides or {}), "init_checkpoint": parent_checkpoint.path}
+    _same_project(project, agent=agent, scenario_set=scenario_set, rubric_version=rubric_version,
+                  judge_config=judge_config)
+    name = name.strip()
+    if not name or len(name) > 100:
+        raise ValidationError({"name": ["give the run a name of at most 100 characters"]})
+    config = run_config_build(name=name, agent=agent, scenario_set=scenario_set, rubric_version=rubric_version,
+                              judge=judge_config, steps=steps, group_size=group_size,
+                              groups_per_step=groups_per_step, learning_rate=learning_rate, seed=seed,
+                              overrides=overrides)
+    with transaction.atomic():
+        run = Run.objects.create(
+            project=project, name=name, agent=agent, scenario_set=scenario_set, rubric_version=rubric_version,
+            judge_config=judge_config, config=config, total_steps=config["steps"],
+            created_by=user if getattr(user, "is_authenticated", False) else None,
+            phase="waiting for a worker", review_gate=review_gate,
+            parent_checkpoint=parent_checkpoint, parent_run=parent_checkpoint.run if parent_checkpoint else None,
+        )
+        run_status_publish(run_id=run.id)
+        run_enqueue(run=run)
+    return run
+
+
+def run_fork(*, user, checkpoint: Checkpoint, name: str, rubric_version: RubricVersion | None,
+             judge_config: JudgeConfig | None, steps: int, learning_rate: float | None = None,
+             overrides: dict[str, Any] | None = None, review_gate: bool = False) -> Run:
+    """A new run from `checkpoint`'s adapter with the parent's agent, scenarios and sizes, and a changed rubric,
+    judge or config. The parent's `grpo`/`lora` settings carry over unless overridden."""
+    parent = checkpoint.run
+    grpo = parent.config.get("grpo", {})
+    carried = {"lora": parent.config.get("lora", {}), "device": parent.config.get("device", "auto"),
+               "sampling": parent.config.get("sampling", {}), "server": parent.config.get("server", {})}
+    return run_launch(
+        user=user, project=parent.project, name=name, agent=parent.agent, scenario_set=parent.scenario_set,
+        rubric_version=rubric_version, judge_config=judge_config, steps=steps,
+        group_size=grpo.get("group_size", 4), groups_per_step=grpo.get("groups_per_step", 2),
+        learning_rate=learning_rate or grpo.get("learning_rate", 1e-5), seed=parent.config.get("seed", 0),
+        overrides=deep_merge(carried, overrides or {}), review_gate=review_gate, parent_checkpoint=checkpoint)
+
+
+def run_enqueue(*, run: Run) -> None:
+    """Hands the run to the executor once the transaction commits (a worker must see the row)."""
+    from webapp.execution.executors import submit
+
+    transaction.on_commit(lambda: submit(run.id))
+
+
+def _transition(run_id: int, from_statuses: tuple[str, ...], **changes: Any) -> bool:
+    with transaction.atomic():
+        updated = Run.objects.filter(pk=run_id, status__in=from_statuses).update(**changes)
+        if updated:
+            run_status_publish(run_id=run_id)
+    return bool(updated)
+
+
+def _require_control(user, run: Run) -> None:
+    if user is not None:
+        require_role(user=user, project=run.project, role=Role.EDITOR)
+
+
+def run_pause(*, user, run: Run) -> None:
+    _require_control(user, run)
+    if not _transition(run.id, (RunStatus.RUNNING,), status=RunStatus.PAUSED,
+                       phase="pausing at the next phase boundary"):
+        raise ValidationError(f"a {run.get_status_display().lower()} run cannot be paused")
+
+
+def run_resume(*, user, run: Run) -> None:
+    """Resumes a paused run in place, or re-queues a crashed or failed one from its last checkpoint."""
+    _require_control(user, run)
+    if _transition(run.id, (RunStatus.PAUSED,), status=RunStatus.RUNNING, phase="resuming"):
+        return
+    if _transition(run.id, (RunStatus.CRASHED, RunStatus.FAILED), status=RunStatus.QUEUED, error="",
+                   cancel_requested=False, finished_at=None, phase="waiting for a worker (resume from checkpoint)"):
+        run_enqueue(run=run)
+        return
+    raise ValidationError(f"a {run.get_status_display().lower()} run cannot be resumed")
+
+
+def run_cancel(*, user, run: Run) -> None:
+    _require_control(user, run)
+    if _transition(run.id, (RunStatus.QUEUED, RunStatus.CRASHED), status=RunStatus.CANCELLED,
+                   finished_at=timezone.now(), phase=""):
+        return
+    # A live run stops at its next phase boundary; the engine then reports run_finished(cancelled).
+    if not _transition(run.id, ACTIVE_STATUSES, cancel_requested=True, phase="cancelling at the next phase boundary"):
+        raise ValidationError(f"a {run.get_status_display().lower()} run cannot be cancelled")
+
+
+def run_claim(*, run_id: int, worker: str) -> bool:
+    """queued → running for exactly one worker; a redelivered or duplicate task finds nothing to claim."""
+    now = timezone.now()
+    return _transition(run_id, (RunStatus.QUEUED,), status=RunStatus.RUNNING, worker=worker, heartbeat_at=now,
+                       started_at=now, attempts=F("attempts") + 1, error="", phase="starting the engine")
+
+
+def run_heartbeat(*, run_id: int, worker: str) -> None:
+    Run.objects.filter(pk=run_id, worker=worker, status__in=ACTIVE_STATUSES).update(heartbeat_at=timezone.now())
+
+
+def run_control_state(*, run_id: int) -> str:
+    """What the engine's control.state() should answer now: run | pause | cancel."""
+    row = Run.objects.filter(pk=run_id).values("status", "cancel_requested").first()
+    if row is None or row["cancel_requested"] or row["status"] == RunStatus.CANCELLED:
+        return "cancel"
+    return "pause" if row["status"] == RunStatus.PAUSED else "run"
+
+
+def run_finish_after_engine(*, run_id: int, exit_code: int, log_tail: str) -> None:
+    """The engine process has exited: a run it left unfinished did not end cleanly, so say so."""
+    run = Run.objects.get(pk=run_id)
+    if run.status not in ACTIVE_STATUSES:
+        return
+    if run.cancel_requested:
+        _transition(run_id, ACTIVE_STATUSES, status=RunStatus.CANCELLED, finished_at=timezone.now(), phase="")
+        return
+    error = f"the engine exited with code {exit_code} without finishing the run"
+    if log_tail.strip():
+        error += f"; last output:\n{log_tail.strip()}"
+    _transition(run_id, ACTIVE_STATUSES, status=RunStatus.FAILED, error=error, finished_at=timezone.now(), phase="")
+
+
+def run_mark_crashed(*, run_id: int, reason: str) -> bool:
+    return _transition(run_id, ACTIVE_STATUSES, status=RunStatus.CRASHED, error=reason, phase="",
+                       finished_at=timezone.now())
+
+
+def runs_reap_stale(*, now=None) -> list[int]:
+    """Marks crashed every active run whose worker stopped beating; returns their ids."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=settings.STUDIO_STALE_AFTER_S)
+    stale = list(Run.objects.filter(status__in=ACTIVE_STATUSES, heartbeat_at__lt=cutoff).values_list("id", "worker"))
+    reaped = []
+    for run_id, worker in stale:
+        reason = (f"worker {worker or '?'} stopped sending heartbeats (none for {settings.STUDIO_STALE_AFTER_S:.0f} s);"
+                  " resume to continue from the last checkpoint")
+        if run_mark_crashed(run_id=run_id, reason=reason):
+            log.warning("run %s crashed: %s", run_id, reason)
+            reaped.append(run_id)
+    return reaped

@@ -1,0 +1,201 @@
+"""Django settings, read from the environment (see docs/webapp.md for every variable).
+
+With no DATABASE_URL / REDIS_URL the app runs embedded: SQLite under var/, the in-process channel layer and an
+in-process run executor. With them: PostgreSQL, channels_redis and Celery workers on the `gpu` queue.
+Bad values stop the process at start (webapp/env.py).
+"""
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
+
+from webapp.env import (
+    check_redis_url,
+    database_from_url,
+    env_bool,
+    env_choice,
+    env_float,
+    env_int,
+    env_list,
+    env_str,
+    sqlite_database,
+)
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("STUDIO_VAR_DIR") or BASE_DIR / "var")
+
+DEBUG = env_bool("DEBUG", False)
+DATABASE_URL = env_str("DATABASE_URL") or None
+REDIS_URL = check_redis_url(env_str("REDIS_URL")) if env_str("REDIS_URL") else None
+EMBEDDED = DATABASE_URL is None and REDIS_URL is None
+
+
+def _secret_key() -> str:
+    key = env_str("SECRET_KEY")
+    if key:
+        if len(key) < 32:
+            raise ImproperlyConfigured("SECRET_KEY must be at least 32 characters long")
+        return key
+    if not (EMBEDDED or DEBUG):
+        raise ImproperlyConfigured("SECRET_KEY is required when DATABASE_URL or REDIS_URL is set")
+    # The embedded laptop setup keeps a generated key under var/ so sessions and encrypted secrets survive restarts.
+    path = VAR_DIR / "secret_key"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_urlsafe(50))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"] + (["testserver"] if DEBUG else []))
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "django_htmx",
+    "channels",
+    "webapp.apps.WebappConfig",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "webapp.urls"
+ASGI_APPLICATION = "webapp.asgi.application"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    }
+]
+
+if DATABASE_URL:
+    DATABASES = {"default": database_from_url(DATABASE_URL)}
+else:
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    DATABASES = {"default": sqlite_database(str(VAR_DIR / "studio.sqlite3"))}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            # redis-py 8 reads with a 5 s socket timeout, exactly channels_redis's blocking-pop time: a quiet
+            # channel would raise instead of waiting. A longer socket timeout keeps idle pages connected.
+            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30, "socket_connect_timeout": 10}],
+                       "prefix": env_str("STUDIO_CHANNEL_PREFIX", "studio")},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "webapp.live.layers.ThreadSafeInMemoryChannelLayer"}}
+
+# Where runs execute: `celery` (queue `gpu`) needs REDIS_URL; `inprocess` is a thread in the web process.
+STUDIO_EXECUTOR = env_choice("STUDIO_EXECUTOR", "celery" if REDIS_URL else "inprocess", ("celery", "inprocess"))
+if STUDIO_EXECUTOR == "celery" and not REDIS_URL:
+    raise ImproperlyConfigured("STUDIO_EXECUTOR=celery needs REDIS_URL (the Celery broker)")
+STUDIO_RUNS_DIR = Path(env_str("STUDIO_RUNS_DIR") or VAR_DIR / "runs")
+STUDIO_HEARTBEAT_S = env_float("STUDIO_HEARTBEAT_S", 5.0, minimum=0.1)
+# A run whose worker has not beaten for this long is marked crashed (must exceed the heartbeat comfortably).
+STUDIO_STALE_AFTER_S = env_float("STUDIO_STALE_AFTER_S", 60.0, minimum=1.0)
+if STUDIO_STALE_AFTER_S <= 2 * STUDIO_HEARTBEAT_S:
+    raise ImproperlyConfigured("STUDIO_STALE_AFTER_S must be more than twice STUDIO_HEARTBEAT_S")
+# Torch threads of the engine subprocess: leave a core to the web process so pages stay responsive.
+STUDIO_ENGINE_THREADS = env_int("STUDIO_ENGINE_THREADS", 1, minimum=1)
+STUDIO_ENGINE_NICE = env_int("STUDIO_ENGINE_NICE", 5, minimum=0)
+STUDIO_ENCRYPTION_KEY = env_str("STUDIO_ENCRYPTION_KEY") or None
+STUDIO_MAX_UPLOAD_BYTES = env_int("STUDIO_MAX_UPLOAD_BYTES", 5 * 1024 * 1024, minimum=1024)
+STUDIO_MAX_UPLOAD_ROWS = env_int("STUDIO_MAX_UPLOAD_ROWS", 10000, minimum=1)
+DATA_UPLOAD_MAX_MEMORY_SIZE = STUDIO_MAX_UPLOAD_BYTES + 1024 * 1024
+FILE_UPLOAD_MAX_MEMORY_SIZE = STUDIO_MAX_UPLOAD_BYTES + 1024 * 1024
+
+CELERY_BROKER_URL = REDIS_URL or "memory://"
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_ROUTES = {"webapp.tasks.run_execute_task": {"queue": "gpu"},
+                      "webapp.tasks.playground_rescore_task": {"queue": "judge"}}
+CELERY_TASK_DEFAULT_QUEUE = "default"
+# Early ack + the DB state machine: a run's message is acknowledged on receipt, so a worker that dies is never
+# followed by a second worker re-running the same run; the heartbeat marks it crashed instead.
+CELERY_TASK_ACKS_LATE = False
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 7 * 24 * 3600}
+CELERY_BEAT_SCHEDULE = {
+    "reap-stale-runs": {"task": "webapp.tasks.reap_stale_runs_task", "schedule": STUDIO_STALE_AFTER_S / 2}
+}
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator", "OPTIONS": {"min_length": 8}},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "project-list"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "staticfiles"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_FINDERS = [
+    "django.contrib.staticfiles.finders.FileSystemFinder",
+    "django.contrib.staticfiles.finders.AppDirectoriesFinder",
+    "webapp.staticfinders.VendorFinder",
+]
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 50,
+    "EXCEPTION_HANDLER": "webapp.api.errors.exception_handler",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Rubric Studio API",
+    "DESCRIPTION": "Projects, agents, scenarios, rubrics, judges and RL runs. Token auth: `Authorization: Token <key>`.",
+    "VERSION": "0.1.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+}
+
+SESSION_COOKIE_HTTPONLY = True
+X_FRAME_OPTIONS = "DENY"
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"webapp": {"handlers": ["console"], "level": env_str("STUDIO_LOG_LEVEL", "INFO")}},
+}
+
+# The engine entry point the run process calls (async or sync `train(config, *, scorer, sink, control)`).
+STUDIO_ENGINE = env_str("STUDIO_ENGINE", "training.loop:train")

@@ -1,0 +1,44 @@
+from __future__ import annotations
+
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+
+from webapp.views import catalogue, projects, review, runs
+
+urlpatterns = [
+    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("", projects.project_list, name="project-list"),
+    path("projects/<int:project_id>/", projects.project_detail, name="project-detail"),
+    path("projects/<int:project_id>/members/", projects.project_member_add, name="project-member-add"),
+    path("projects/<int:project_id>/agents/new/", catalogue.agent_create, name="agent-create"),
+    path("agents/<int:agent_id>/", catalogue.agent_edit, name="agent-edit"),
+    path("projects/<int:project_id>/scenario-sets/new/", catalogue.scenario_set_create, name="scenario-set-create"),
+    path("scenario-sets/<int:scenario_set_id>/", catalogue.scenario_set_detail, name="scenario-set-detail"),
+    path("projects/<int:project_id>/rubrics/new/", catalogue.rubric_create, name="rubric-create"),
+    path("rubrics/<int:rubric_id>/", catalogue.rubric_detail, name="rubric-detail"),
+    path("projects/<int:project_id>/judges/new/", catalogue.judge_create, name="judge-create"),
+    path("judges/<int:judge_id>/", catalogue.judge_edit, name="judge-edit"),
+    path("projects/<int:project_id>/runs/", runs.run_list, name="run-list"),
+    path("projects/<int:project_id>/runs/new/", runs.run_launch, name="run-launch"),
+    path("runs/<int:run_id>/", runs.run_detail, name="run-detail"),
+    path("runs/<int:run_id>/header/", runs.run_header, name="run-header"),
+    path("runs/<int:run_id>/steps/", runs.run_steps, name="run-steps"),
+    path("runs/<int:run_id>/checkpoints/", runs.run_checkpoints, name="run-checkpoints"),
+    path("runs/<int:run_id>/groups/", runs.run_groups, name="run-groups"),
+    path("runs/<int:run_id>/review/", review.run_review, name="run-review"),
+    path("runs/<int:run_id>/approve/", review.run_approve, name="run-approve"),
+    path("runs/<int:run_id>/compare/", review.run_compare, name="run-compare"),
+    path("runs/<int:run_id>/scenarios/<path:scenario_id>/", review.run_scenario, name="run-scenario"),
+    path("runs/<int:run_id>/<str:action>/", runs.run_control, name="run-control"),
+    path("groups/<int:group_id>/", review.group_detail, name="group-detail"),
+    path("groups/<int:group_id>/reorder/", review.group_reorder, name="group-reorder"),
+    path("trajectories/<int:trajectory_id>/override/", review.trajectory_override, name="trajectory-override"),
+    path("checkpoints/<int:checkpoint_id>/fork/", review.run_fork, name="run-fork"),
+    path("projects/<int:project_id>/playground/", review.playground, name="playground"),
+    path("playground/<int:rescore_id>/", review.playground_detail, name="playground-detail"),
+    path("playground/<int:rescore_id>/save/", review.playground_save, name="playground-save"),
+    path("trajectories/<int:trajectory_id>/", runs.trajectory_detail, name="trajectory-detail"),
+    path("checkpoints/<int:checkpoint_id>/download/", runs.checkpoint_download, name="checkpoint-download"),
+    path("api/", include("webapp.api.urls")),
+]

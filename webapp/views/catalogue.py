@@ -1,0 +1,161 @@
+"""Catalogue pages: agents, scenario sets (form entry and upload), rubrics with versions, judges."""
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+
+from webapp import selectors
+from webapp.forms import (
+    AgentForm, JudgeConfigForm, RubricForm, RubricVersionForm, ScenarioForm, ScenarioSetForm, ScenarioUploadForm,
+    apply_service_errors,
+)
+from webapp.models import Agent, JudgeConfig, Role, Rubric, ScenarioSet
+from webapp.services import catalogue as svc
+from webapp.views.common import handle_form, is_validation_request, validation_response
+
+FORM_PAGE = "webapp/form_page.html"
+
+
+def _editor_project(request: HttpRequest, project_id: int):
+    return selectors.project_get(user=request.user, project_id=project_id, role=Role.EDITOR)
+
+
+@login_required
+def agent_create(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = _editor_project(request, project_id)
+    form = AgentForm(request.POST or None)
+
+    def save(data):
+        svc.agent_create(user=request.user, project=project, **data)
+        messages.success(request, f"agent {data['name']!r} created")
+        return redirect("project-detail", project_id=project.id)
+
+    return handle_form(request, form, save, FORM_PAGE, {"project": project, "title": "New agent"})
+
+
+@login_required
+def agent_edit(request: HttpRequest, agent_id: int) -> HttpResponse:
+    agent = selectors.in_project_get(user=request.user, model=Agent, pk=agent_id, role=Role.EDITOR)
+    form = AgentForm(request.POST) if request.method == "POST" else AgentForm.from_agent(agent)
+
+    def save(data):
+        svc.agent_update(user=request.user, agent=agent, **data)
+        messages.success(request, "agent saved")
+        return redirect("project-detail", project_id=agent.project_id)
+
+    return handle_form(request, form, save, FORM_PAGE, {"project": agent.project, "title": f"Agent {agent.name}"})
+
+
+@login_required
+def scenario_set_create(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = _editor_project(request, project_id)
+    form = ScenarioSetForm(request.POST or None)
+
+    def save(data):
+        scenario_set = svc.scenario_set_create(user=request.user, project=project, **data)
+        return redirect("scenario-set-detail", scenario_set_id=scenario_set.id)
+
+    return handle_form(request, form, save, FORM_PAGE, {"project": project, "title": "New scenario set"})
+
+
+@login_required
+def scenario_set_detail(request: HttpRequest, scenario_set_id: int) -> HttpResponse:
+    scenario_set = selectors.in_project_get(user=request.user, model=ScenarioSet, pk=scenario_set_id)
+    role = selectors.project_role(user=request.user, project=scenario_set.project)
+    scenario_form, upload_form, status = ScenarioForm(), ScenarioUploadForm(), 200
+    if request.method == "POST":
+        selectors.in_project_get(user=request.user, model=ScenarioSet, pk=scenario_set_id, role=Role.EDITOR)
+        if "file" in request.FILES or request.POST.get("action") == "upload":
+            upload_form = ScenarioUploadForm(request.POST, request.FILES)
+            if upload_form.is_valid():
+                upload = upload_form.cleaned_data["file"]
+                try:
+                    created = svc.scenario_set_import(user=request.user, scenario_set=scenario_set,
+                                                      file_name=upload.name, data=upload.read())
+                    messages.success(request, f"imported {len(created)} scenarios from {upload.name}")
+                    return redirect("scenario-set-detail", scenario_set_id=scenario_set.id)
+                except ValidationError as err:
+                    apply_service_errors(upload_form, err)
+            status = 400
+        else:
+            scenario_form = ScenarioForm(request.POST)
+            if is_validation_request(request):
+                return validation_response(request, scenario_form)
+            if scenario_form.is_valid():
+                try:
+                    svc.scenario_create(user=request.user, scenario_set=scenario_set, **scenario_form.cleaned_data)
+                    return redirect("scenario-set-detail", scenario_set_id=scenario_set.id)
+                except ValidationError as err:
+                    apply_service_errors(scenario_form, err)
+            status = 400
+    return render(request, "webapp/scenario_set_detail.html", {
+        "project": scenario_set.project, "scenario_set": scenario_set, "can_edit": role == Role.EDITOR,
+        "scenarios": scenario_set.scenarios.order_by("id")[:500], "count": scenario_set.scenarios.count(),
+        "form": scenario_form, "upload_form": upload_form,
+    }, status=status)
+
+
+@login_required
+def rubric_create(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = _editor_project(request, project_id)
+    form = RubricForm(request.POST or None)
+
+    def save(data):
+        rubric = svc.rubric_create(user=request.user, project=project, **data)
+        return redirect("rubric-detail", rubric_id=rubric.id)
+
+    return handle_form(request, form, save, FORM_PAGE, {"project": project, "title": "New rubric"})
+
+
+@login_required
+def rubric_detail(request: HttpRequest, rubric_id: int) -> HttpResponse:
+    rubric = selectors.in_project_get(user=request.user, model=Rubric, pk=rubric_id)
+    role = selectors.project_role(user=request.user, project=rubric.project)
+    latest = rubric.latest_version
+    initial = {"text": latest.text, "criteria": "\n".join(
+        f"{c['name']} | {c['weight']:g} | {c['description']}" for c in latest.criteria)} if latest else {}
+    form = RubricVersionForm(request.POST) if request.method == "POST" else RubricVersionForm(initial=initial)
+    if request.method == "POST":
+        selectors.in_project_get(user=request.user, model=Rubric, pk=rubric_id, role=Role.EDITOR)
+
+    def save(data):
+        version = svc.rubric_version_create(user=request.user, rubric=rubric, **data)
+        messages.success(request, f"saved as version {version.number}")
+        return redirect("rubric-detail", rubric_id=rubric.id)
+
+    return handle_form(request, form, save, "webapp/rubric_detail.html", {
+        "project": rubric.project, "rubric": rubric, "can_edit": role == Role.EDITOR,
+        "versions": rubric.versions.select_related("created_by").order_by("-number"),
+    })
+
+
+@login_required
+def judge_create(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = _editor_project(request, project_id)
+    form = JudgeConfigForm(request.POST or None)
+
+    def save(data):
+        svc.judge_config_create(user=request.user, project=project, **data)
+        messages.success(request, f"judge {data['name']!r} created")
+        return redirect("project-detail", project_id=project.id)
+
+    return handle_form(request, form, save, FORM_PAGE, {"project": project, "title": "New judge"})
+
+
+@login_required
+def judge_edit(request: HttpRequest, judge_id: int) -> HttpResponse:
+    judge = selectors.in_project_get(user=request.user, model=JudgeConfig, pk=judge_id, role=Role.EDITOR)
+    form = JudgeConfigForm(request.POST) if request.method == "POST" else JudgeConfigForm.from_judge(judge)
+
+    def save(data):
+        svc.judge_config_update(user=request.user, judge=judge, **data)
+        messages.success(request, "judge saved")
+        return redirect("project-detail", project_id=judge.project_id)
+
+    return handle_form(request, form, save, FORM_PAGE, {
+        "project": judge.project, "title": f"Judge {judge.name}",
+        "note": "An API key is stored (encrypted); it is never shown." if judge.has_stored_key else "",
+    })

@@ -1,0 +1,214 @@
+"""Review pages: side by side (a group, any picked trajectories, one scenario across steps), overrides and
+reorders, the run's review page (gate, queue, agreement, audit trail), forks and the rubric playground."""
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
+from django.db.models import Count, Q
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_POST
+
+from webapp import review_selectors as review
+from webapp import selectors
+from webapp.forms import ForkForm, OverrideForm, PlaygroundForm, ReorderForm
+from webapp.models import Rescore, Role, RubricVersion, TrajectoryGroup
+from webapp.services import playground as playground_services
+from webapp.services import review as review_services
+from webapp.services import runs as run_services
+from webapp.views.common import handle_form
+
+
+def _role_context(request: HttpRequest, project) -> dict:
+    role = selectors.project_role(user=request.user, project=project)
+    return {"can_review": role in (Role.REVIEWER, Role.EDITOR), "can_edit": role == Role.EDITOR}
+
+
+def _back(request: HttpRequest, fallback: str) -> HttpResponse:
+    target = request.POST.get("next", "")
+    if url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}, require_https=request.is_secure()):
+        return redirect(target)
+    return redirect(fallback)
+
+
+@login_required
+def group_detail(request: HttpRequest, group_id: int) -> HttpResponse:
+    group = selectors.group_get(user=request.user, group_id=group_id)
+    group = TrajectoryGroup.objects.select_related("run__project", "scenario").get(pk=group.pk)
+    if getattr(request, "htmx", False):  # the run page's live card
+        return render(request, "webapp/partials/group_card.html", {"group": group, "run": group.run})
+    ids = [int(i) for i in request.GET.getlist("t") if i.isdigit()] or list(
+        group.trajectories.order_by("rank", "index").values_list("id", flat=True))
+    return render(request, "webapp/compare.html", {
+        "run": group.run, "project": group.run.project, "group": group, "scenario": group.scenario,
+        "columns": review.compare_columns(run=group.run, trajectory_ids=ids),
+        "all_trajectories": group.trajectories.order_by("rank", "index"), **review.group_neighbours(group=group),
+        "override_form": OverrideForm(), **_role_context(request, group.run.project),
+    })
+
+
+@login_required
+def run_compare(request: HttpRequest, run_id: int) -> HttpResponse:
+    """Any trajectories of a run, side by side: ?t=<id>&t=<id>…"""
+    run = selectors.run_get(user=request.user, run_id=run_id)
+    ids = [int(i) for i in request.GET.getlist("t") if i.isdigit()]
+    return render(request, "webapp/compare.html", {
+        "run": run, "project": run.project, "columns": review.compare_columns(run=run, trajectory_ids=ids),
+        "override_form": OverrideForm(), **_role_context(request, run.project)})
+
+
+@login_required
+def run_scenario(request: HttpRequest, run_id: int, scenario_id: str) -> HttpResponse:
+    """One scenario across steps: by default the best answer of its first group beside that of its latest."""
+    run = selectors.run_get(user=request.user, run_id=run_id)
+    groups = list(review.scenario_steps(run=run, scenario_id=scenario_id))
+    picked = [g for g in groups if str(g.step_index) in request.GET.getlist("step")]
+    if picked:
+        ids = [t for g in picked for t in g.trajectories.order_by("rank", "index").values_list("id", flat=True)[:1]]
+    else:
+        ids = review.scenario_default_pair(run=run, scenario_id=scenario_id)
+    return render(request, "webapp/compare.html", {
+        "run": run, "project": run.project, "scenario_id": scenario_id, "scenario_groups": groups,
+        "picked_steps": {g.step_index for g in picked} or {groups[0].step_index, groups[-1].step_index},
+        "columns": review.compare_columns(run=run, trajectory_ids=ids), "override_form": OverrideForm(),
+        **_role_context(request, run.project)})
+
+
+@login_required
+@require_POST
+def trajectory_override(request: HttpRequest, trajectory_id: int) -> HttpResponse:
+    trajectory = selectors.trajectory_get(user=request.user, trajectory_id=trajectory_id)
+    form = OverrideForm(request.POST)
+    if form.is_valid():
+        try:
+            review_services.trajectory_override(user=request.user, trajectory=trajectory, **form.cleaned_data)
+            messages.success(request, "score overridden" if form.cleaned_data["score"] is not None else "override removed")
+        except ValidationError as err:
+            messages.error(request, " ".join(err.messages))
+    else:
+        messages.error(request, "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()))
+    return _back(request, f"/groups/{trajectory.group_id}/")
+
+
+@login_required
+@require_POST
+def group_reorder(request: HttpRequest, group_id: int) -> HttpResponse:
+    group = selectors.group_get(user=request.user, group_id=group_id)
+    form = ReorderForm(request.POST)
+    try:
+        if not form.is_valid():
+            raise ValidationError({"reason": ["say why you reorder the group"]})
+        changes = review_services.group_reorder(user=request.user, group=group, order=form.order(request.POST),
+                                                reason=form.cleaned_data["reason"])
+        messages.success(request, f"group reordered ({len(changes)} score{'s' if len(changes) != 1 else ''} changed)")
+    except ValidationError as err:
+        messages.error(request, " ".join(err.messages))
+    return _back(request, f"/groups/{group.id}/")
+
+
+@login_required
+def run_review(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = selectors.run_get(user=request.user, run_id=run_id)
+    agreement = review.run_agreement(run=run)
+    pending = run.groups.filter(step_index=run.steps_done + 1) if run.status == "awaiting_review" else None
+    return render(request, "webapp/run_review.html", {
+        "run": run, "project": run.project, "queue": review.review_queue(run=run), "agreement": agreement,
+        "agreement_chart": {"steps": agreement["steps"]}, "overrides": review.run_overrides(run=run),
+        "versions": review.project_agreement_by_version(project=run.project), "pending_groups": pending,
+        **_role_context(request, run.project)})
+
+
+@login_required
+@require_POST
+def run_approve(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = selectors.run_get(user=request.user, run_id=run_id, role=Role.REVIEWER)
+    try:
+        review_services.run_review_approve(user=request.user, run=run)
+        messages.success(request, "review approved: the step trains on the reviewed scores")
+    except ValidationError as err:
+        messages.error(request, " ".join(err.messages))
+    return _back(request, f"/runs/{run.id}/")
+
+
+@login_required
+def run_fork(request: HttpRequest, checkpoint_id: int) -> HttpResponse:
+    checkpoint = selectors.checkpoint_get(user=request.user, checkpoint_id=checkpoint_id)
+    parent = checkpoint.run
+    selectors.project_get(user=request.user, project_id=parent.project_id, role=Role.EDITOR)
+    initial = {"name": f"{parent.name}-fork-{checkpoint.step_index}", "rubric_version": parent.rubric_version,
+               "judge_config": parent.judge_config, "review_gate": parent.review_gate}
+    form = ForkForm(request.POST or None, project=parent.project, initial=initial)
+
+    def save(data):
+        run = run_services.run_fork(user=request.user, checkpoint=checkpoint, **data)
+        return redirect("run-detail", run_id=run.id)
+
+    return handle_form(request, form, save, "webapp/form_page.html", {
+        "project": parent.project, "title": f"Fork {parent.name} from step {checkpoint.step_index}",
+        "note": "The new run starts from this checkpoint's adapter, with the parent's agent and scenarios."})
+
+
+def _playground_groups(project):
+    """Labelled groups first, then the newest; bounded, and unsliced (the form field filters it)."""
+    ordered = (TrajectoryGroup.objects.filter(run__project=project)
+               .annotate(labels=Count("trajectories", filter=Q(trajectories__override_score__isnull=False)))
+               .order_by("-labels", "-run_id", "-step_index", "index"))
+    ids = list(ordered.values_list("id", flat=True)[:200])
+    return ordered.filter(pk__in=ids).select_related("run")
+
+
+@login_required
+def playground(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = selectors.project_get(user=request.user, project_id=project_id)
+    groups = _playground_groups(project)
+    initial: dict = {"groups": [int(g) for g in request.GET.getlist("group") if g.isdigit()]}
+    if request.GET.get("version", "").isdigit():
+        version = selectors.in_project_get(user=request.user, model=RubricVersion, pk=int(request.GET["version"]),
+                                           path="rubric__project")
+    else:
+        version = RubricVersion.objects.filter(rubric__project=project).order_by("-created_at", "-id").first()
+    if version is not None:
+        initial.update(base_version=version, text=version.text, criteria="\n".join(
+            f"{c['name']} | {c['weight']:g} | {c['description']}" for c in version.criteria))
+    initial["judge_config"] = project.judge_configs.first()
+    form = PlaygroundForm(request.POST or None, project=project, groups=groups, initial=initial)
+    if request.method == "POST":
+        selectors.project_get(user=request.user, project_id=project_id, role=Role.REVIEWER)
+
+    def save(data):
+        rescore = playground_services.playground_create(
+            user=request.user, project=project, group_ids=[g.id for g in data["groups"]], rubric_text=data["text"],
+            criteria=data["criteria"], judge_config=data["judge_config"], judge_model=data["judge_model"],
+            temperature=data["temperature"], passes=data["passes"], base_version=data["base_version"])
+        return redirect("playground-detail", rescore_id=rescore.id)
+
+    return handle_form(request, form, save, "webapp/playground.html", {
+        "project": project, "recent": project.rescores.select_related("created_by")[:10],
+        **_role_context(request, project)})
+
+
+@login_required
+def playground_detail(request: HttpRequest, rescore_id: int) -> HttpResponse:
+    rescore = selectors.in_project_get(user=request.user, model=Rescore, pk=rescore_id)
+    context = {"rescore": rescore, "project": rescore.project, **_role_context(request, rescore.project),
+               "rubrics": rescore.project.rubrics.all()}
+    if getattr(request, "htmx", False):
+        return render(request, "webapp/partials/rescore_results.html", context)
+    return render(request, "webapp/playground_detail.html", context)
+
+
+@login_required
+@require_POST
+def playground_save(request: HttpRequest, rescore_id: int) -> HttpResponse:
+    rescore = selectors.in_project_get(user=request.user, model=Rescore, pk=rescore_id, role=Role.EDITOR)
+    rubric = None
+    if request.POST.get("rubric", "").isdigit():
+        rubric = rescore.project.rubrics.filter(pk=int(request.POST["rubric"])).first()
+    try:
+        version = playground_services.playground_save_version(user=request.user, rescore=rescore, rubric=rubric)
+        messages.success(request, f"saved as {version}")
+    except ValidationError as err:
+        messages.error(request, " ".join(err.messages))
+    return redirect("playground-detail", rescore_id=rescore.id)

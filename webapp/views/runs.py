@@ -1,0 +1,139 @@
+"""Run pages: launch, list, the live detail page and its fragments, controls, trajectories, checkpoints."""
+from __future__ import annotations
+
+import io
+import zipfile
+from pathlib import Path
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from webapp import selectors
+from webapp.forms import LaunchForm
+from webapp.models import Role
+from webapp.services import runs as run_services
+from webapp.views.common import handle_form
+
+GROUPS_PER_PAGE = 20
+
+
+@login_required
+def run_list(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = selectors.project_get(user=request.user, project_id=project_id)
+    template = "webapp/partials/run_rows.html" if getattr(request, "htmx", False) else "webapp/run_list.html"
+    return render(request, template, {"project": project, "runs": selectors.runs_for_project(project=project)[:200]})
+
+
+@login_required
+def run_launch(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = selectors.project_get(user=request.user, project_id=project_id, role=Role.EDITOR)
+    initial = {"name": f"run-{project.runs.count() + 1}", "agent": project.agents.first(),
+               "scenario_set": project.scenario_sets.first()}
+    if request.GET.get("rubric", "").isdigit():  # "launch a run with it" from the playground
+        initial["rubric"] = project.rubrics.filter(pk=int(request.GET["rubric"])).first()
+        initial["judge_config"] = project.judge_configs.first()
+    form = LaunchForm(request.POST or None, project=project, initial=initial)
+
+    def save(data):
+        rubric = data.pop("rubric")
+        run = run_services.run_launch(
+            user=request.user, project=project, rubric_version=rubric.latest_version if rubric else None, **data)
+        return redirect("run-detail", run_id=run.id)
+
+    return handle_form(request, form, save, "webapp/run_launch.html", {"project": project})
+
+
+def _run_context(request: HttpRequest, run) -> dict:
+    role = selectors.project_role(user=request.user, project=run.project)
+    return {"run": run, "project": run.project, "can_control": role == Role.EDITOR,
+            "can_review": role in (Role.REVIEWER, Role.EDITOR), "cost": selectors.run_judge_cost(run=run)}
+
+
+@login_required
+def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = selectors.run_get(user=request.user, run_id=run_id)
+    groups = list(selectors.run_groups(run=run, limit=GROUPS_PER_PAGE))
+    return render(request, "webapp/run_detail.html", {
+        **_run_context(request, run), "steps": selectors.run_steps(run=run), "groups": groups,
+        "more_groups": selectors.run_group_count(run=run) > len(groups), "next_offset": len(groups),
+        "checkpoints": run.checkpoints.order_by("step_index"), "chart": selectors.run_chart_data(run=run),
+        "last_seq": run.last_event_seq,
+    })
+
+
+@login_required
+def run_header(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = selectors.run_get(user=request.user, run_id=run_id)
+    return render(request, "webapp/partials/run_header.html", _run_context(request, run))
+
+
+@login_required
+def run_steps(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = selectors.run_get(user=request.user, run_id=run_id)
+    return render(request, "webapp/partials/step_table.html", {"run": run, "steps": selectors.run_steps(run=run)})
+
+
+@login_required
+def run_checkpoints(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = selectors.run_get(user=request.user, run_id=run_id)
+    return render(request, "webapp/partials/checkpoints.html",
+                  {**_run_context(request, run), "checkpoints": run.checkpoints.order_by("step_index")})
+
+
+@login_required
+def run_groups(request: HttpRequest, run_id: int) -> HttpResponse:
+    """More groups, for the page's "older groups" button (newest first, bounded)."""
+    run = selectors.run_get(user=request.user, run_id=run_id)
+    try:
+        offset = max(0, int(request.GET.get("offset", "0")))
+    except ValueError:
+        offset = 0
+    groups = list(selectors.run_groups(run=run, limit=GROUPS_PER_PAGE, offset=offset))
+    return render(request, "webapp/partials/group_list.html", {
+        "run": run, "groups": groups, "next_offset": offset + len(groups),
+        "more_groups": selectors.run_group_count(run=run) > offset + len(groups)})
+
+
+@login_required
+@require_POST
+def run_control(request: HttpRequest, run_id: int, action: str) -> HttpResponse:
+    run = selectors.run_get(user=request.user, run_id=run_id, role=Role.EDITOR)
+    control = {"pause": run_services.run_pause, "resume": run_services.run_resume, "cancel": run_services.run_cancel}
+    if action not in control:
+        raise Http404("no such action")
+    try:
+        control[action](user=request.user, run=run)
+    except ValidationError as err:
+        messages.error(request, " ".join(err.messages))
+    if getattr(request, "htmx", False):
+        return run_header(request, run_id)
+    return redirect("run-detail", run_id=run.id)
+
+
+@login_required
+def trajectory_detail(request: HttpRequest, trajectory_id: int) -> HttpResponse:
+    trajectory = selectors.trajectory_get(user=request.user, trajectory_id=trajectory_id)
+    run = trajectory.group.run
+    return render(request, "webapp/trajectory_detail.html", {
+        "trajectory": trajectory, "group": trajectory.group, "run": run, "project": run.project,
+    })
+
+
+@login_required
+def checkpoint_download(request: HttpRequest, checkpoint_id: int) -> HttpResponse:
+    checkpoint = selectors.checkpoint_get(user=request.user, checkpoint_id=checkpoint_id)
+    root = Path(checkpoint.path)
+    if not root.is_dir():
+        raise Http404("the checkpoint's files are not on this machine")
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for file in sorted(root.rglob("*")):
+            if file.is_file() and not file.is_symlink():
+                archive.write(file, file.relative_to(root))
+    buffer.seek(0)
+    name = f"{checkpoint.run.config.get('name', 'run')}-step{checkpoint.step_index:04d}.zip"
+    return FileResponse(buffer, as_attachment=True, filename=name, content_type="application/zip")
