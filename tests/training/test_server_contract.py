@@ -144,7 +144,10 @@ def test_missing_adapters_are_404s(server: InferenceServer, tmp_path: Path) -> N
 
 # ---- a hot-loaded adapter changes what the server returns ----
 
-PENALISED_LR = 3e-3  # measured: one step moves the penalised turn's logprob by ~0.14 nats without changing argmax
+# The adapter is trained to favour the base model's own greedy turn: raising the logprob of tokens that are
+# already the argmax keeps them the argmax, so the same fixed completion can be read under both models.
+# (Penalising it instead flips the argmax wherever the tiny model is unsure, and there is no fixed completion.)
+REWARDED_LR = 3e-3
 
 
 @pytest.fixture(scope="module")
@@ -157,16 +160,16 @@ def base_greedy_turn(server: InferenceServer) -> tuple[str, list[int]]:
 @pytest.fixture(scope="module")
 def trained_adapter(tiny_model_dir: Path, base_greedy_turn: tuple[str, list[int]],
                     tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One real GRPO step on what the server sampled: its greedy turn scores 0, another answer scores 1."""
+    """One real GRPO step on what the server sampled: its greedy turn scores 1, another answer scores 0."""
     text, sampled = base_greedy_turn
-    better = "<move>left</move>" if text != "<move>left</move>" else "<move>down</move>"
+    other = "<move>left</move>" if text != "<move>left</move>" else "<move>down</move>"
     trajectories = [
         Trajectory("board", MESSAGES + [{"role": "assistant", "content": text}], turn_token_ids=[sampled]),
-        Trajectory("board", MESSAGES + [{"role": "assistant", "content": better}]),
+        Trajectory("board", MESSAGES + [{"role": "assistant", "content": other}]),
     ]
-    for t, a in zip(trajectories, group_advantages(torch.tensor([0.0, 1.0])).tolist()):
+    for t, a in zip(trajectories, group_advantages(torch.tensor([1.0, 0.0])).tolist()):
         t.advantage = a
-    trainer = Trainer(str(tiny_model_dir), LoraConfig(), GRPOConfig(learning_rate=PENALISED_LR), seed=0)
+    trainer = Trainer(str(tiny_model_dir), LoraConfig(), GRPOConfig(learning_rate=REWARDED_LR), seed=0)
     metrics = trainer.train_step([TrajectoryGroup(Scenario("board", BOARD), trajectories)])
     assert metrics["trained_sequences"] == 2
     out = tmp_path_factory.mktemp("adapter") / "step-1"
@@ -174,7 +177,7 @@ def trained_adapter(tiny_model_dir: Path, base_greedy_turn: tuple[str, list[int]
     return out
 
 
-def test_a_hot_loaded_adapter_lowers_the_logprob_of_the_turn_it_penalised(
+def test_a_hot_loaded_adapter_raises_the_logprob_of_the_turn_it_rewarded(
         server: InferenceServer, client: openai.OpenAI, trained_adapter: Path,
         base_greedy_turn: tuple[str, list[int]]) -> None:
     _, base_ids = base_greedy_turn
@@ -189,8 +192,9 @@ def test_a_hot_loaded_adapter_lowers_the_logprob_of_the_turn_it_penalised(
     assert token_ids(base_before) == base_ids == token_ids(tuned)
     before = [t.logprob for t in base_before.logprobs.content]
     after = [t.logprob for t in tuned.logprobs.content]
-    # ... is now less likely through the adapter, by far more than float noise,
-    assert sum(after) < sum(before) - 0.05
+    # ... is now more likely through the adapter, by far more than float noise,
+    print(f"logprob of the fixed turn: base {sum(before):.4f}, adapter {sum(after):.4f}")
+    assert sum(after) > sum(before) + 0.05
     # while the base model, served next to the adapter, is untouched.
     assert token_ids(base_after) == base_ids
     assert [t.logprob for t in base_after.logprobs.content] == pytest.approx(before, abs=1e-4)
