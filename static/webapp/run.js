@@ -45,16 +45,33 @@
     document.getElementById("reward-chart").dataset.points = String(pts.length);
   }
 
+  // htmx queues requests per source element and keeps only the newest queued one; with no source every request
+  // shares <body>, so a burst of events (two groups scored at once) would drop fragments. Each target is its own
+  // source here, one request per target at a time, and a refresh asked for meanwhile runs once after it.
+  const refreshes = {};
+
   function fetchInto(url, target, swap) {
-    if (window.htmx) return htmx.ajax("GET", url, {target: target, swap: swap});
+    if (!window.htmx) return;
+    const state = refreshes[target] || (refreshes[target] = {busy: false, again: null});
+    if (state.busy) { state.again = [url, swap]; return; }
+    state.busy = true;
+    htmx.ajax("GET", url, {source: target, target: target, swap: swap}).finally(() => {
+      state.busy = false;
+      const again = state.again;
+      state.again = null;
+      if (again) fetchInto(again[0], target, again[1]);
+    });
   }
 
   function onGroup(data) {
-    if (document.getElementById("group-" + data.group_id)) return;  // already rendered (page load raced the event)
+    const id = "group-" + data.group_id;
+    if (document.getElementById(id)) return;  // already rendered (page load raced the event)
     const empty = document.getElementById("no-groups");
     if (empty) empty.remove();
-    const url = live.dataset.groupUrl.replace("/0/", "/" + data.group_id + "/");
-    fetchInto(url, "#groups", "afterbegin");
+    const slot = document.createElement("div");  // newest first; the card replaces its slot when it arrives
+    slot.id = id;
+    document.getElementById("groups").prepend(slot);
+    fetchInto(live.dataset.groupUrl.replace("/0/", "/" + data.group_id + "/"), "#" + id, "outerHTML");
   }
 
   function onStep(data) {

@@ -137,6 +137,8 @@ def test_a_user_builds_a_run_in_the_browser_and_watches_it_learn_live(server, ti
         assert int(page.get_attribute("#reward-chart", "data-points")) > paused_points
         assert page.evaluate("window.__sameDocument") is True
         assert page.locator("#step-table tbody tr").count() == 4
+        # Every group of every step arrived as a card, though groups of one step are scored moments apart.
+        expect(page.locator(".group")).to_have_count(8)
         page.screenshot(path=str(SHOTS / "run-completed.png"), full_page=True)
 
         page.locator(".group .trajectory a").first.click()
