@@ -2,7 +2,11 @@
 
     celery -A webapp.celery_app worker -Q gpu --concurrency 1 --prefetch-multiplier 1 -n gpu@%h
 
-and the reaper that marks runs of dead workers `crashed`:  celery -A webapp.celery_app beat
+a worker for playground re-scores and the reaper (it marks runs of dead workers `crashed`):
+
+    celery -A webapp.celery_app worker -Q judge --concurrency 4 -n judge@%h
+
+and beat, which schedules the reaper:  celery -A webapp.celery_app beat
 """
 from __future__ import annotations
 

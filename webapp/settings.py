@@ -137,8 +137,10 @@ FILE_UPLOAD_MAX_MEMORY_SIZE = STUDIO_MAX_UPLOAD_BYTES + 1024 * 1024
 
 CELERY_BROKER_URL = REDIS_URL or "memory://"
 CELERY_RESULT_BACKEND = None
+# Every task names its queue: `gpu` for runs; `judge` (light, always running) for re-scores and the reaper.
 CELERY_TASK_ROUTES = {"webapp.tasks.run_execute_task": {"queue": "gpu"},
-                      "webapp.tasks.playground_rescore_task": {"queue": "judge"}}
+                      "webapp.tasks.playground_rescore_task": {"queue": "judge"},
+                      "webapp.tasks.reap_stale_runs_task": {"queue": "judge"}}
 CELERY_TASK_DEFAULT_QUEUE = "default"
 # Early ack + the DB state machine: a run's message is acknowledged on receipt, so a worker that dies is never
 # followed by a second worker re-running the same run; the heartbeat marks it crashed instead.

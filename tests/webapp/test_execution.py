@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -68,10 +69,7 @@ def test_pausing_holds_the_engine_and_resuming_lets_it_finish(inprocess_executor
     run = _launch(steps=3, phase_s=0.2)
     wait_for(lambda: _status(run) == RunStatus.RUNNING, message="the run to start")
     run_services.run_pause(user=run.project.owner, run=run)
-    wait_for(lambda: run.events.filter(kind="step_finished").exists() or True)
     seen = run.events.count()
-    import time
-
     time.sleep(1.0)  # the engine holds at its next phase boundary; at most one phase's events follow
     held = run.events.count()
     time.sleep(1.0)
@@ -134,6 +132,25 @@ async def test_a_celery_worker_runs_the_real_engine_and_a_late_client_gets_the_r
     assert worker.startswith("celery@")
 
 
+def test_a_worker_whose_run_was_marked_crashed_stops_its_engine_and_a_resume_finishes_it(inprocess_executor,
+                                                                                          scripted_engine):
+    # Heartbeats can lapse while the worker lives on (a long database stall): once the reaper has marked the
+    # run crashed, its engine must stop writing, or a resume would have two engines training one run.
+    run = _launch(steps=3, phase_s=0.3)
+    wait_for(lambda: run.events.filter(kind="group_scored").exists(), message="the first scored group")
+    assert run_services.run_mark_crashed(run_id=run.id, reason="no heartbeat (simulated)")
+    wait_idle(timeout=10)  # the worker let go of the run at once instead of finishing it
+    events = run.events.count()
+    time.sleep(1.0)
+    assert run.events.count() == events and _status(run) == RunStatus.CRASHED
+    assert not run.checkpoints.filter(step_index=3).exists()
+
+    run_services.run_resume(user=run.project.owner, run=run)
+    wait_for(lambda: _status(run) == RunStatus.COMPLETED, timeout=60, message="the resumed run to complete")
+    assert run.checkpoints.filter(step_index=3).exists() and Run.objects.get(pk=run.pk).attempts == 2
+    assert run.events.filter(kind="run_started").count() == 2  # the old engine never came back
+
+
 def test_a_killed_worker_leaves_the_run_crashed_and_resume_continues_from_its_checkpoint(start_celery_worker):
     worker = start_celery_worker(SCRIPTED_ENGINE)
     run = _launch(steps=4, phase_s=0.4)
@@ -152,3 +169,22 @@ def test_a_killed_worker_leaves_the_run_crashed_and_resume_continues_from_its_ch
     assert resumed["resumed"] is True and resumed["start_step"] == done + 1
     assert run.checkpoints.count() == 4
     assert Run.objects.get(pk=run.pk).attempts == 2
+
+
+def test_every_task_and_the_reaper_go_to_a_queue_that_a_documented_worker_consumes():
+    import re
+
+    from django.conf import settings
+
+    from tests.webapp.conftest import ROOT
+    from webapp.celery_app import app
+
+    compose = (ROOT / "docker" / "compose.yml").read_text()
+    consumed = {q for m in re.finditer(r"celery -A webapp\.celery_app worker .*?-Q (\S+)", compose)
+                for q in m.group(1).split(",")}
+    app.loader.import_default_modules()
+    tasks = sorted(name for name in app.tasks if name.startswith("webapp."))
+    assert {e["task"] for e in settings.CELERY_BEAT_SCHEDULE.values()} <= set(tasks)
+    for name in tasks:
+        queue = app.amqp.router.route({}, name)["queue"].name
+        assert queue in consumed, f"{name} goes to queue {queue!r}; the workers in compose.yml consume {consumed}"

@@ -5,7 +5,7 @@ import pytest
 from channels.testing import WebsocketCommunicator
 from asgiref.sync import sync_to_async
 
-from training.events import CheckpointSaved, GroupScored, RunFinished, RunStarted, StepFinished
+from training.events import CheckpointSaved, GroupScored, ReviewRequested, RunFinished, RunStarted, StepFinished
 from webapp.asgi import application
 from webapp.live.ingest import run_event_ingest
 from webapp.models import Checkpoint, RunEvent, RunStatus, Step, Trajectory, TrajectoryGroup
@@ -57,6 +57,15 @@ def test_a_step_a_checkpoint_and_the_end_of_a_run_update_the_run_row():
     assert Step.objects.get(run=run, index=1).metrics["loss"] == 0.7
     assert Checkpoint.objects.get(run=run).adapter_name == "r@1"
     assert list(run.events.values_list("seq", flat=True)) == [1, 2, 3, 4, 5]
+
+
+@pytest.mark.parametrize("status", [RunStatus.RUNNING, RunStatus.PAUSED])
+def test_a_gated_step_waits_for_review_even_when_the_run_was_paused_during_scoring(status):
+    run = run_factory(status=status, review_gate=True)
+    _ingest(run, _group(1, 0, [0.1, 0.3]))
+    _ingest(run, ReviewRequested(step=1))
+    run.refresh_from_db()
+    assert run.status == RunStatus.AWAITING_REVIEW and run.phase == "step 1: waiting for review"
 
 
 def test_a_resumed_step_replaces_its_half_recorded_groups():

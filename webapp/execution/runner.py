@@ -86,7 +86,7 @@ def run_execute(*, run_id: int, worker: str) -> str:
         except subprocess.TimeoutExpired:
             proc.kill()
             code = proc.wait()
-    run_finish_after_engine(run_id=run_id, exit_code=code, log_tail=_tail(log_path))
+    run_finish_after_engine(run_id=run_id, worker=worker, exit_code=code, log_tail=_tail(log_path))
     return Run.objects.values_list("status", flat=True).get(pk=run_id)
 
 
@@ -125,7 +125,12 @@ def _pump(proc: subprocess.Popen, read_fd: int, *, run_id: int, worker: str) -> 
         if now - last_beat >= settings.STUDIO_HEARTBEAT_S:
             run_heartbeat(run_id=run_id, worker=worker)
             last_beat = now
-        state = run_control_state(run_id=run_id)
+        state = run_control_state(run_id=run_id, worker=worker)
+        if state == "lost":
+            # Two engines must never write one run: this one stops now, and the run resumes from its checkpoint.
+            log.warning("run %s is no longer %s's; stopping its engine", run_id, worker)
+            proc.kill()
+            return
         if state != sent_state:
             _write(proc, {"control": state})
             sent_state = state

@@ -174,9 +174,11 @@ def _record_judge_calls(run: Run, group: TrajectoryGroup, records: list[dict[str
 
 def _on_review_requested(run: Run, e: dict[str, Any]) -> dict[str, Any]:
     """With the review gate the run waits for a reviewer's approval; without it the runner answers at once
-    with the overrides made so far (execution/runner.py)."""
+    with the overrides made so far (execution/runner.py). A run paused while its step was scored waits for
+    review too: the runner releases a step only once the run leaves awaiting_review, so staying paused here
+    would let the step train unreviewed. The approval then resumes it."""
     step = int(e["step"])
-    if run.review_gate and run.status == RunStatus.RUNNING:
+    if run.review_gate and run.status in (RunStatus.RUNNING, RunStatus.PAUSED):
         _set_phase(run, f"step {step}: waiting for review", status=RunStatus.AWAITING_REVIEW)
     elif not run.review_gate:
         _set_phase(run, f"step {step}: applying overrides")

@@ -142,18 +142,22 @@ def run_heartbeat(*, run_id: int, worker: str) -> None:
     Run.objects.filter(pk=run_id, worker=worker, status__in=ACTIVE_STATUSES).update(heartbeat_at=timezone.now())
 
 
-def run_control_state(*, run_id: int) -> str:
-    """What the engine's control.state() should answer now: run | pause | cancel."""
-    row = Run.objects.filter(pk=run_id).values("status", "cancel_requested").first()
+def run_control_state(*, run_id: int, worker: str) -> str:
+    """What the engine's control.state() should answer now: run | pause | cancel, or `lost` when the run is no
+    longer this worker's (the reaper marked it crashed, or a resume handed it to another worker)."""
+    row = Run.objects.filter(pk=run_id).values("status", "cancel_requested", "worker").first()
+    if row is not None and (row["worker"] != worker or row["status"] == RunStatus.CRASHED):
+        return "lost"
     if row is None or row["cancel_requested"] or row["status"] == RunStatus.CANCELLED:
         return "cancel"
     return "pause" if row["status"] == RunStatus.PAUSED else "run"
 
 
-def run_finish_after_engine(*, run_id: int, exit_code: int, log_tail: str) -> None:
-    """The engine process has exited: a run it left unfinished did not end cleanly, so say so."""
+def run_finish_after_engine(*, run_id: int, worker: str, exit_code: int, log_tail: str) -> None:
+    """The engine process has exited: a run it left unfinished did not end cleanly, so say so (unless the run
+    has meanwhile passed to another worker, whose engine is the one that counts now)."""
     run = Run.objects.get(pk=run_id)
-    if run.status not in ACTIVE_STATUSES:
+    if run.status not in ACTIVE_STATUSES or run.worker != worker:
         return
     if run.cancel_requested:
         _transition(run_id, ACTIVE_STATUSES, status=RunStatus.CANCELLED, finished_at=timezone.now(), phase="")
