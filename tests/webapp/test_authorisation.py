@@ -2,12 +2,17 @@
 from __future__ import annotations
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from tests.webapp.factories import member_factory, project_factory, run_factory, user_factory
+from tests.webapp.factories import (
+    agent_factory, member_factory, project_factory, run_factory, scenario_set_factory, user_factory,
+)
 from webapp.live.ingest import run_event_ingest
 from webapp.models import Role, Run, RunStatus, Trajectory
+from webapp.services import runs as run_services
+from webapp.services.run_config import run_config_build
 
 pytestmark = pytest.mark.django_db
 
@@ -107,3 +112,54 @@ def test_a_stored_judge_key_is_encrypted_and_never_shown_back(client):
     form = client.get(reverse("judge-edit", args=[judge.id])).content.decode()
     assert "sk-very-secret-123" not in form and judge.api_key_encrypted not in form
     assert "sk-very-secret-123" not in str(_api(project.owner).get(f"/api/judge-configs/{judge.id}/").json())
+
+
+def test_a_judge_key_variable_must_be_an_api_key_so_the_servers_own_secrets_stay_home(client):
+    project = project_factory()
+    client.force_login(project.owner)
+    form = {"name": "j", "model": "openai/gpt-4o-mini", "temperature": 0, "passes": 1, "concurrency": 4}
+    for name in ("SECRET_KEY", "DATABASE_URL", "openai_api_key"):
+        response = client.post(reverse("judge-create", args=[project.id]), {**form, "api_key_env": name})
+        assert response.status_code == 400 and b"ending in _API_KEY" in response.content, name
+    assert not project.judge_configs.exists()
+    ok = client.post(reverse("judge-create", args=[project.id]), {**form, "api_key_env": "OPENAI_API_KEY"})
+    assert ok.status_code == 302 and project.judge_configs.get().api_key_env == "OPENAI_API_KEY"
+
+
+@pytest.mark.parametrize("overrides, problem", [
+    ({"server": {"kind": "vllm", "python": "/bin/sh"}}, "server.python is set on the worker"),
+    ({"server": {"kind": "vllm", "extra_args": ["--help"]}}, "server.extra_args is set on the worker"),
+    ({"scenarios_file": "/etc/hostname"}, "scenarios_file is set on the worker"),
+    ({"environment": {"kind": "tools", "options": {"custom_tools": [{"name": "sh", "function": "os:system"}]}}},
+     "custom tool 'os' is not in a module the worker allows"),
+])
+def test_an_editor_cannot_point_a_run_at_the_workers_files_interpreters_or_code(overrides, problem):
+    project = project_factory()
+    agent, scenario_set = agent_factory(project=project), scenario_set_factory(project=project)
+    with pytest.raises(ValidationError) as err:
+        run_services.run_launch(user=project.owner, project=project, name="r", agent=agent, scenario_set=scenario_set,
+                                steps=1, group_size=2, groups_per_step=1, learning_rate=1e-4, overrides=overrides)
+    assert problem in str(err.value)
+    assert not Run.objects.exists()
+
+
+def test_custom_tools_from_a_module_the_worker_allows_are_accepted(settings):
+    settings.STUDIO_TOOL_MODULES = ["json"]
+    project = project_factory()
+    agent = agent_factory(project=project, environment_kind="tools", environment_options={
+        "custom_tools": [{"name": "echo", "function": "json:dumps"}]})
+    config = run_config_build(name="r", agent=agent, scenario_set=scenario_set_factory(project=project),
+                              rubric_version=None, judge=None, steps=1, group_size=2, groups_per_step=1,
+                              learning_rate=1e-4, seed=0, overrides=None)
+    assert config["environment"]["options"]["custom_tools"][0]["function"] == "json:dumps"
+
+
+def test_the_engine_process_gets_none_of_the_web_apps_secrets(monkeypatch):
+    from webapp.execution.runner import engine_env
+
+    for name, value in {"SECRET_KEY": "s" * 40, "STUDIO_ENCRYPTION_KEY": "k", "DATABASE_URL": "postgres://x/y",
+                        "REDIS_URL": "redis://x", "OPENAI_API_KEY": "sk-1"}.items():
+        monkeypatch.setenv(name, value)
+    env = engine_env(run_factory())
+    assert not {"SECRET_KEY", "STUDIO_ENCRYPTION_KEY", "DATABASE_URL", "REDIS_URL"} & set(env)
+    assert env["OPENAI_API_KEY"] == "sk-1"  # the judge's key variable does reach the engine

