@@ -211,10 +211,12 @@ async def score_group(message_lists: Sequence[Sequence[Any]], judge_model: str, 
         closest = min(verdicts, key=lambda v: abs(v.score - mean))
         per_slot.append(TrajectoryScore(trajectory_id="", score=mean, explanation=closest.explanation,
                                         criteria=criteria, pass_scores=pass_scores))
-    scores = [per_slot[s].model_copy(update={"trajectory_id": str(i + 1)}) for i, s in enumerate(slots)]
+    identical = len(distinct) == 1 and len(lists) > 1
+    scores = [per_slot[s].model_copy(update={"trajectory_id": str(i + 1), "absolute": identical})
+              for i, s in enumerate(slots)]
     return GroupJudgement(
         scores=scores, judge_model=judge_model, rubric=rubric_text, calls=calls, passes=opts.passes,
-        identical=len(distinct) == 1 and len(lists) > 1, distinct=len(distinct),
+        identical=identical, distinct=len(distinct),
         disagreement=statistics.fmean(spreads) if opts.passes > 1 else None,
         cache_hit=all(c.cache_hit for c in calls), latency_s=time.perf_counter() - started)
 

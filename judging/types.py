@@ -56,6 +56,8 @@ class TrajectoryScore(_Strict):
     explanation: str
     criteria: dict[str, float] = Field(default_factory=dict)
     pass_scores: list[float] = Field(default_factory=list, description="One score per pass (before averaging).")
+    absolute: bool = Field(False, description="Every trajectory of the group was identical: nothing to rank, so "
+                                              "this is one absolute score copied to all (`ruler` callers see it here).")
 
 
 class JudgeCall(_Strict):

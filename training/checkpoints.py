@@ -30,7 +30,9 @@ def latest_checkpoint(output_dir: Path) -> Checkpoint | None:
     root = output_dir / "checkpoints"
     if not root.is_dir():
         return None
-    complete = sorted(p for p in root.glob("step_[0-9][0-9][0-9][0-9]") if (p / "state.json").exists())
+    # Sorted by number, not name: step_10000 comes after step_9999 (names are zero-padded to four digits only).
+    complete = sorted((p for p in root.glob("step_*") if p.name[5:].isdigit() and (p / "state.json").exists()),
+                      key=lambda p: int(p.name[5:]))
     if not complete:
         return None
     state = json.loads((complete[-1] / "state.json").read_text())

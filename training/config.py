@@ -104,6 +104,10 @@ class RunConfig(_Strict):
     max_rollout_failures: float = Field(
         0.5, ge=0.0, le=1.0, description="Fail the step when more than this fraction of rollouts raise."
     )
+    max_scoring_failures: float = Field(
+        0.5, ge=0.0, le=1.0, description="Fail the step when the scorer fails on more than this fraction of "
+        "groups (a judge that is down must not let a run 'complete' without training)."
+    )
     init_checkpoint: str | None = Field(
         None, description="Start from this checkpoint's adapter (a fork of another run); its optimizer is not reused."
     )
@@ -115,6 +119,9 @@ class RunConfig(_Strict):
     def _scenarios_given(self) -> "RunConfig":
         if not self.scenarios and not self.scenarios_file:
             raise ValueError("give `scenarios` or `scenarios_file`")
+        if self.lora.r > self.server.max_lora_rank:  # else the server refuses the adapter after step 1 trained
+            raise ValueError(f"lora.r {self.lora.r} is above server.max_lora_rank {self.server.max_lora_rank}; "
+                             "raise server.max_lora_rank or lower lora.r")
         return self
 
 

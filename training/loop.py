@@ -130,9 +130,9 @@ def _stats(prefix: str, values: list[float]) -> dict[str, float]:
             f"{prefix}_min": min(values), f"{prefix}_max": max(values)}
 
 
-def step_metrics(groups: list[TrajectoryGroup]) -> dict[str, float]:
+def step_metrics(groups: list[TrajectoryGroup]) -> dict[str, float | None]:
     trajectories: list[Trajectory] = [t for g in groups for t in g.trajectories]
-    metrics: dict[str, float] = {}
+    metrics: dict[str, float | None] = {"reward_mean": None}  # always reported, null when nothing was scored
     metrics |= _stats("reward", [t.reward for t in trajectories if t.reward is not None])
     metrics |= _stats("env", [t.env_reward for t in trajectories if t.env_reward is not None])
     metrics |= _stats("judge", [t.judge_score for t in trajectories if t.judge_score is not None])
@@ -164,12 +164,13 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
     (out / "config.json").write_text(config.model_dump_json(indent=2))
     sink(RunStarted(run_name=config.name, start_step=start, total_steps=config.steps, resumed=checkpoint is not None))
 
-    device = pick_device(config.device)
-    trainer = Trainer(config.base_model, config.lora, config.grpo, device=device, seed=config.seed)
-    server = start_server(config.server, config.base_model, out / "server.log", device=device)
     history: list[dict[str, Any]] = []
     step = start
+    server = None
     try:
+        device = pick_device(config.device)
+        trainer = Trainer(config.base_model, config.lora, config.grpo, device=device, seed=config.seed)
+        server = start_server(config.server, config.base_model, out / "server.log", device=device)
         model = server.model_name
         if checkpoint:
             trainer.load(checkpoint.path)
@@ -207,6 +208,10 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
             if failed > config.max_rollout_failures * attempted:
                 raise TrainingError(f"{failed} of {attempted} rollouts failed in step {step}; first error: "
                                     f"{next(e for g in done for e in g.errors)}")
+            unscored = [g.scoring_error for g in done if g.scoring_error]
+            if len(unscored) > config.max_scoring_failures * len(done):
+                raise TrainingError(f"{len(unscored)} of {len(done)} groups could not be scored in step {step}; "
+                                    f"first error: {unscored[0]}")
 
             if review is not None:  # a person may change rewards before this step trains on them
                 sink(ReviewRequested(step=step))
@@ -249,7 +254,8 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
         sink(RunFailed(step=step, error=f"{type(err).__name__}: {err}"))
         raise
     finally:
-        server.stop()
+        if server is not None:
+            server.stop()
     status = "completed" if step > config.steps else "cancelled"
     steps_done = checkpoint.step if checkpoint else 0
     sink(RunFinished(status=status, steps_done=steps_done))

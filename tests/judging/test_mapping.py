@@ -103,6 +103,15 @@ async def test_identical_trajectories_get_one_absolute_score_copied_to_all(judge
     assert judgement.distinct == 1
     assert [s.score for s in judgement.scores] == [0.7] * 4
     assert [s.trajectory_id for s in judgement.scores] == ["1", "2", "3", "4"]
+    assert all(s.absolute for s in judgement.scores)  # what an ART-style `ruler` caller sees
+
+
+async def test_ruler_tells_its_caller_when_a_group_was_scored_absolutely(judge_double: JudgeDouble) -> None:
+    judge_double.queue(JudgeDouble.scores_reply({"1": 0.7}, "fine"))
+    judge_double.queue(JudgeDouble.scores_reply({"1": 0.2, "2": 0.9}, "ranked"))
+    same = await judging.ruler([trajectory(0.5)] * 2, **judge_kwargs(judge_double))
+    ranked = await judging.ruler([trajectory(0.5), trajectory(0.6)], **judge_kwargs(judge_double))
+    assert [s.absolute for s in same] == [True, True] and [s.absolute for s in ranked] == [False, False]
     request = judge_double.requests[0]
     assert len(request.trajectory_blocks()) == 1
     assert "absolute scale" in request.messages[0]["content"]

@@ -59,3 +59,21 @@ def test_calculator_evaluates_arithmetic_and_refuses_anything_else():
     assert calculator("2 + 3 * 4") == "14"
     with pytest.raises(ValueError):
         calculator("__import__('os').system('true')")
+
+
+def test_calculator_refuses_powers_that_would_block_the_event_loop():
+    assert calculator("2 ** 10") == "1024"
+    with pytest.raises(ValueError, match="exponents of at most 64"):
+        calculator("9 ** 9 ** 9")
+
+
+def test_resume_finds_the_newest_checkpoint_past_step_9999(tmp_path):
+    import json
+
+    from training.checkpoints import checkpoint_dir, latest_checkpoint
+
+    for step in (9998, 9999, 10000):
+        path = checkpoint_dir(tmp_path, step)
+        path.mkdir(parents=True)
+        (path / "state.json").write_text(json.dumps({"step": step, "adapter_name": f"r@{step}"}))
+    assert latest_checkpoint(tmp_path).step == 10000

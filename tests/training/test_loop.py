@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from training.config import parse_run_config
 from training.control import StaticControl
 from training.demo import demo_config
 from training.environments import register
@@ -118,9 +119,34 @@ def test_a_scorer_error_is_shown_on_the_group_and_the_group_is_skipped(tiny_mode
         raise RuntimeError("judge unreachable")
 
     events = Recorder()
-    run(small_config(tiny_model_dir, tmp_path, steps=1), scorer=broken, sink=events)
+    run(small_config(tiny_model_dir, tmp_path, steps=1, max_scoring_failures=1.0), scorer=broken, sink=events)
     assert [e.scoring_error for e in events.of(GroupScored)] == ["RuntimeError: judge unreachable"] * 2
     assert all(e.skipped for e in events.of(GroupScored))
+    assert events.of(StepFinished)[0].metrics["reward_mean"] is None  # reported, as null: nothing was scored
+
+
+def test_a_judge_that_fails_on_most_groups_fails_the_run_instead_of_training_nothing(tiny_model_dir, tmp_path):
+    async def broken(group):
+        raise RuntimeError("judge unreachable")
+
+    events = Recorder()
+    with pytest.raises(TrainingError, match="2 of 2 groups could not be scored in step 1; first error: Runtime"):
+        run(small_config(tiny_model_dir, tmp_path, steps=1), scorer=broken, sink=events)
+    assert "could not be scored" in events.of(RunFailed)[0].error
+    assert not events.of(TrainStep) and not (tmp_path / "checkpoints" / "step_0001").exists()
+
+
+def test_a_server_that_cannot_start_fails_the_run_with_an_event(tiny_model_dir, tmp_path):
+    events = Recorder()
+    config = small_config(tiny_model_dir, tmp_path, steps=1, server={"kind": "vllm", "python": "/nonexistent/python"})
+    with pytest.raises(TrainingError, match="does not exist or is not executable"):
+        run(config, sink=events)
+    assert "vLLM interpreter" in events.of(RunFailed)[0].error
+
+
+def test_a_lora_rank_the_server_cannot_load_is_refused_before_training():
+    with pytest.raises(TrainingError, match="lora.r 16 is above server.max_lora_rank 8"):
+        parse_run_config({"base_model": "m", "scenarios": [{"id": "a", "user_message": "hi"}], "lora": {"r": 16}})
 
 
 def test_a_review_hook_changes_rewards_and_the_advantages_follow(tiny_model_dir, tmp_path):
