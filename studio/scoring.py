@@ -62,6 +62,8 @@ class JudgeScorer:
         self.options = options
         self.limiter = ConcurrencyLimit(options.concurrency)
         self.on_judgement: Callable[[TrajectoryGroup, GroupJudgement], None] | None = None
+        # Called with a group the judge could not score: its JudgeError.calls are what the attempts cost.
+        self.on_failure: Callable[[TrajectoryGroup, JudgeError], None] | None = None
         self._litellm_params()  # a missing key env var fails now, not after the first rollouts
 
     def _litellm_params(self) -> dict[str, Any]:
@@ -97,11 +99,16 @@ class JudgeScorer:
         # any of them had rather than one attempt's set passed off as everyone's.
         tools_by_key = {canonical(tool): tool for t in trajectories for tool in (t.tools or [])}
         tools = list(tools_by_key.values()) or None
-        judgement = await judging.score_group(
-            [t.messages for t in trajectories], o.judge_model, rubric=o.rubric,
-            extra_litellm_params=self._litellm_params(), tools=tools, limiter=self.limiter,
-            criteria=o.criteria, passes=o.passes, shuffle=o.shuffle, cache=o.cache, cache_dir=o.cache_dir,
-            max_attempts=o.max_attempts, reference=group.scenario.reference)
+        try:
+            judgement = await judging.score_group(
+                [t.messages for t in trajectories], o.judge_model, rubric=o.rubric,
+                extra_litellm_params=self._litellm_params(), tools=tools, limiter=self.limiter,
+                criteria=o.criteria, passes=o.passes, shuffle=o.shuffle, cache=o.cache, cache_dir=o.cache_dir,
+                max_attempts=o.max_attempts, reference=group.scenario.reference)
+        except JudgeError as err:
+            if self.on_failure is not None:
+                self.on_failure(group, err)
+            raise
         if self.on_judgement is not None:
             self.on_judgement(group, judgement)
         return [

@@ -51,6 +51,19 @@ async def test_each_groups_full_judgement_reaches_the_hook(rule_double: JudgeDou
     assert len(judgement.calls) == 2 and judgement.cost_usd is None and judgement.prompt_tokens == 240
 
 
+async def test_a_group_the_judge_cannot_score_still_reports_what_its_attempts_cost(judge_double: JudgeDouble) -> None:
+    scorer = judge_scorer_from_config(_config(judge_double, cache=False))
+    failed = []
+    scorer.on_failure = lambda group, err: failed.append((group.scenario.id, err))
+    judge_double.queue(JudgeDouble.scores_reply({"1": 7.0, "2": 0.5}), JudgeDouble.scores_reply({"1": 15.0, "2": 0.5}))
+
+    with pytest.raises(JudgeError, match="score 15.0 is outside 0..1"):
+        await scorer(_group([0.2, 0.8], [None, None]))
+
+    ((scenario_id, err),) = failed
+    assert scenario_id == "refund" and len(err.calls) == 2 == len(judge_double.requests)
+
+
 async def test_the_groups_tools_are_shown_once(rule_double: JudgeDouble) -> None:
     lookup = {"type": "function", "function": {"name": "lookup_order", "parameters": {"type": "object"}}}
     group = _group([0.2, 0.8], [None, None])

@@ -102,15 +102,22 @@ def _with_call_records(scorer: Any) -> Any:
     """Attaches the judge's per-call accounting (tokens, cost, latency, raw reply) to the group's first
     trajectory, so that it reaches the web app through the group_scored event and becomes JudgeCall rows."""
 
+    def calls_of(group: Any, calls: list[Any], judge_model: str) -> None:
+        if group.trajectories:
+            group.trajectories[0].metadata["judge_calls"] = [
+                {**c.model_dump(mode="json"), "judge_model": judge_model} for c in calls]
+
     def record(group: Any, judgement: Any) -> None:
-        if not group.trajectories:
-            return
-        calls = [{**c.model_dump(mode="json"), "judge_model": judgement.judge_model} for c in judgement.calls]
-        group.trajectories[0].metadata["judge_calls"] = calls
-        group.trajectories[0].metadata["judge"] = {"passes": judgement.passes, "identical": judgement.identical,
-                                                   "disagreement": judgement.disagreement}
+        calls_of(group, judgement.calls, judgement.judge_model)
+        if group.trajectories:
+            group.trajectories[0].metadata["judge"] = {
+                "passes": judgement.passes, "identical": judgement.identical, "disagreement": judgement.disagreement}
+
+    def record_failure(group: Any, err: Any) -> None:  # failed attempts were paid for too
+        calls_of(group, err.calls, scorer.options.judge_model)
 
     scorer.on_judgement = record
+    scorer.on_failure = record_failure
     return scorer
 
 
