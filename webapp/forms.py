@@ -136,7 +136,8 @@ class JudgeConfigForm(forms.Form):
     passes = forms.IntegerField(min_value=1, max_value=10, initial=1)
     concurrency = forms.IntegerField(min_value=1, max_value=64, initial=4)
     budget_usd = forms.DecimalField(required=False, min_value=0, max_digits=10, decimal_places=2,
-                                    label="Budget (USD)")
+                                    label="Budget per run (USD)",
+                                    help_text="A run pauses once its judge calls cost this much (priced models).")
 
     @classmethod
     def from_judge(cls, judge: JudgeConfig, **kwargs: Any) -> "JudgeConfigForm":

@@ -138,3 +138,48 @@ async def test_an_anonymous_client_is_refused_and_a_viewer_is_let_in():
     client = _connect(viewer, run)
     assert (await client.connect())[0]
     await client.disconnect()
+
+
+def test_a_database_blip_while_recording_a_scored_group_is_retried_not_dropped():
+    import json
+    import threading
+
+    import psycopg
+    from django.db import connection
+
+    from webapp.execution.runner import _ingest_line
+
+    run = run_factory(status=RunStatus.RUNNING)
+    db = connection.settings_dict
+    dsn = f"host={db['HOST']} port={db['PORT'] or 5432} user={db['USER']} dbname={db['NAME']}"
+    with psycopg.connect(dsn, autocommit=True) as other:
+        other.execute("ALTER TABLE webapp_runevent RENAME TO webapp_runevent_away")  # the blip begins
+        timer = threading.Timer(1.0, lambda: other.execute("ALTER TABLE webapp_runevent_away RENAME TO webapp_runevent"))
+        timer.start()
+        kind, step = _ingest_line(run.id, json.dumps(_group(3, 0, [0.2, 0.9]).to_dict()).encode())
+        timer.join()
+    assert (kind, step) == ("group_scored", 3)
+    assert TrajectoryGroup.objects.get(run=run, step_index=3).trajectories.count() == 2
+    assert list(run.events.values_list("kind", flat=True)) == ["group_scored"]
+
+
+def test_a_run_pauses_once_its_judge_calls_have_cost_its_judges_budget():
+    from decimal import Decimal
+
+    from tests.webapp.factories import judge_factory, project_factory
+    from webapp.services.runs import run_judge_budget_check
+
+    project = project_factory()
+    run = run_factory(project=project, status=RunStatus.RUNNING,
+                      judge_config=judge_factory(project=project, budget_usd=Decimal("0.05")))
+
+    def scored(step: int, cost: float | None) -> bool:
+        event = _group(step, 0, [0.2, 0.9])
+        event.trajectories[0]["metadata"] = {"judge_calls": [{"prompt_tokens": 90, "cost_usd": cost}]}
+        _ingest(run, event)
+        return run_judge_budget_check(run_id=run.id)
+
+    assert scored(1, 0.03) is False and scored(2, None) is False  # an unpriced call costs nothing known
+    assert scored(3, 0.03) is True
+    run.refresh_from_db()
+    assert run.status == RunStatus.PAUSED and "the judge budget of $0.05 is spent ($0.06)" in run.phase

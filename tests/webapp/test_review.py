@@ -169,6 +169,8 @@ def test_a_group_page_links_its_neighbours_for_keyboard_navigation_and_a_scenari
 def test_a_fork_starts_from_the_checkpoint_with_the_changed_rubric(client):
     parent = run_factory(status=RunStatus.COMPLETED, review_gate=False)
     project = parent.project
+    parent.agent.base_model, parent.agent.system_prompt = "another/model", "A new prompt."  # edited since
+    parent.agent.save()
     checkpoint = Checkpoint.objects.create(run=parent, step_index=2, path="/tmp/ckpt/0002", adapter_name="p@2")
     rubric = rubric_factory(project=project, text="Only the context counts.")
     judge = judge_factory(project=project)
@@ -180,6 +182,9 @@ def test_a_fork_starts_from_the_checkpoint_with_the_changed_rubric(client):
     assert fork.config["init_checkpoint"] == "/tmp/ckpt/0002" and fork.parent_checkpoint == checkpoint
     assert fork.config["judge"]["rubric"] == "Only the context counts." and fork.review_gate
     assert fork.config["grpo"]["group_size"] == parent.config["grpo"]["group_size"]
+    # The adapter belongs to the model the parent trained, not to what the agent was edited to afterwards.
+    assert (fork.config["base_model"], fork.config["system_prompt"]) == (
+        parent.config["base_model"], parent.config["system_prompt"]) != ("another/model", "A new prompt.")
     client.force_login(project.owner)
     form = client.get(reverse("run-fork", args=[checkpoint.id]))
     assert form.status_code == 200 and b"Fork test-run from step 2" in form.content

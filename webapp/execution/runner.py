@@ -18,17 +18,19 @@ from collections import deque
 from pathlib import Path
 
 from django.conf import settings
+from django.db import DatabaseError, close_old_connections
 
 from webapp.live.ingest import run_event_ingest
 from webapp.models import Run, RunStatus
 from webapp.services.review import run_review_rewards
 from webapp.services.runs import (
-    run_claim, run_control_state, run_finish_after_engine, run_heartbeat,
+    run_claim, run_control_state, run_finish_after_engine, run_heartbeat, run_judge_budget_check,
 )
 from webapp.services.secrets import secret_decrypt
 
 log = logging.getLogger(__name__)
 POLL_S = 0.25
+INGEST_RETRY_S = (0.5, 1.0, 2.0, 4.0, None)  # waits between attempts to record an event; None: give up
 
 
 # The web app's own secrets: the engine never needs them, and runs code a project configured.
@@ -121,6 +123,8 @@ def _pump(proc: subprocess.Popen, read_fd: int, *, run_id: int, worker: str) -> 
                     kind, step = _ingest_line(run_id, line)
                     if kind == "review_requested":
                         review_step = step
+                    elif kind == "group_scored":
+                        run_judge_budget_check(run_id=run_id)  # pauses the run once its judge budget is spent
         if review_step is not None and _review_released(run_id):
             # Events arrive in order, so every group of the step is a row by now: its overrides are all there.
             _write(proc, {"review": run_review_rewards(run_id=run_id, step=review_step)})
@@ -152,10 +156,21 @@ def _ingest_line(run_id: int, line: bytes) -> tuple[str | None, int | None]:
     except json.JSONDecodeError:
         log.error("run %s: unreadable engine event %r", run_id, line[:200])
         return None, None
-    try:
-        run_event_ingest(run_id=run_id, event=event)
-    except Exception:  # one bad event must not lose the rest of the run; it is logged with its kind
-        log.exception("run %s: could not record engine event %s", run_id, event.get("kind"))
+    for delay in INGEST_RETRY_S:
+        try:
+            run_event_ingest(run_id=run_id, event=event)
+            break
+        except DatabaseError:
+            # A scored group must not be dropped on a database blip: retry, and if the database stays away,
+            # raise. The heartbeat then stops, the run shows as crashed, and a resume redoes the step.
+            if delay is None:
+                raise
+            log.warning("run %s: database error recording %s; retrying in %s s", run_id, event.get("kind"), delay)
+            close_old_connections()
+            time.sleep(delay)
+        except Exception:  # a malformed event must not lose the rest of the run; it is logged with its kind
+            log.exception("run %s: could not record engine event %s", run_id, event.get("kind"))
+            break
     step = event.get("step")
     return event.get("kind"), int(step) if isinstance(step, int) else None
 

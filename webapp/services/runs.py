@@ -12,7 +12,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Sum
 from django.utils import timezone
 
 from webapp.live.ingest import run_status_publish
@@ -72,8 +72,10 @@ def run_fork(*, user, checkpoint: Checkpoint, name: str, rubric_version: RubricV
     judge or config. The parent's `grpo`/`lora` settings carry over unless overridden."""
     parent = checkpoint.run
     grpo = parent.config.get("grpo", {})
-    carried = {"lora": parent.config.get("lora", {}), "device": parent.config.get("device", "auto"),
-               "sampling": parent.config.get("sampling", {}), "server": parent.config.get("server", {})}
+    # The parent's model, prompt and environment as it trained them: the adapter belongs to that base model,
+    # whatever the agent has been edited to since.
+    carried = {key: parent.config[key] for key in ("base_model", "system_prompt", "environment", "lora", "device",
+                                                   "sampling", "server") if key in parent.config}
     return run_launch(
         user=user, project=parent.project, name=name, agent=parent.agent, scenario_set=parent.scenario_set,
         rubric_version=rubric_version, judge_config=judge_config, steps=steps,
@@ -166,6 +168,21 @@ def run_finish_after_engine(*, run_id: int, worker: str, exit_code: int, log_tai
     if log_tail.strip():
         error += f"; last output:\n{log_tail.strip()}"
     _transition(run_id, ACTIVE_STATUSES, status=RunStatus.FAILED, error=error, finished_at=timezone.now(), phase="")
+
+
+def run_judge_budget_check(*, run_id: int) -> bool:
+    """Pauses a running run once its judge calls have cost its judge's budget (a per-run limit); True when it
+    did. Calls of unpriced models count nothing: their cost is unknown, so no budget can hold them back."""
+    run = Run.objects.select_related("judge_config").get(pk=run_id)
+    budget = run.judge_config.budget_usd if run.judge_config else None
+    if budget is None or run.status != RunStatus.RUNNING:
+        return False
+    spent = run.judge_calls.aggregate(spent=Sum("cost_usd"))["spent"] or 0.0
+    if spent < float(budget):
+        return False
+    return _transition(run_id, (RunStatus.RUNNING,), status=RunStatus.PAUSED,
+                       phase=f"paused: the judge budget of ${budget} is spent (${spent:.2f}); "
+                             "raise it on the judge, then resume")
 
 
 def run_mark_crashed(*, run_id: int, reason: str) -> bool:
