@@ -31,8 +31,6 @@ from webapp.services.secrets import secret_decrypt
 log = logging.getLogger(__name__)
 POLL_S = 0.25
 INGEST_RETRY_S = (0.5, 1.0, 2.0, 4.0, None)  # waits between attempts to record an event; None: give up
-
-
 # The web app's own secrets: the engine never needs them, and runs code a project configured.
 APP_SECRETS = ("SECRET_KEY", "STUDIO_ENCRYPTION_KEY", "DATABASE_URL", "REDIS_URL")
 
