@@ -114,24 +114,22 @@ def test_too_many_failed_rollouts_fail_the_run_with_the_first_error(tiny_model_d
     assert "rollouts failed" in events.of(RunFailed)[0].error
 
 
-def test_a_scorer_error_is_shown_on_the_group_and_the_group_is_skipped(tiny_model_dir, tmp_path):
-    async def broken(group):
-        raise RuntimeError("judge unreachable")
+async def unreachable_judge(group):
+    raise RuntimeError("judge unreachable")
 
+
+def test_a_scorer_error_is_shown_on_the_group_and_the_group_is_skipped(tiny_model_dir, tmp_path):
     events = Recorder()
-    run(small_config(tiny_model_dir, tmp_path, steps=1, max_scoring_failures=1.0), scorer=broken, sink=events)
+    run(small_config(tiny_model_dir, tmp_path, steps=1, max_scoring_failures=1.0), scorer=unreachable_judge, sink=events)
     assert [e.scoring_error for e in events.of(GroupScored)] == ["RuntimeError: judge unreachable"] * 2
     assert all(e.skipped for e in events.of(GroupScored))
     assert events.of(StepFinished)[0].metrics["reward_mean"] is None  # reported, as null: nothing was scored
 
 
 def test_a_judge_that_fails_on_most_groups_fails_the_run_instead_of_training_nothing(tiny_model_dir, tmp_path):
-    async def broken(group):
-        raise RuntimeError("judge unreachable")
-
     events = Recorder()
     with pytest.raises(TrainingError, match="2 of 2 groups could not be scored in step 1; first error: Runtime"):
-        run(small_config(tiny_model_dir, tmp_path, steps=1), scorer=broken, sink=events)
+        run(small_config(tiny_model_dir, tmp_path, steps=1), scorer=unreachable_judge, sink=events)
     assert "could not be scored" in events.of(RunFailed)[0].error
     assert not events.of(TrainStep) and not (tmp_path / "checkpoints" / "step_0001").exists()
 
