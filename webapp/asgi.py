@@ -18,7 +18,6 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 from django.urls import path  # noqa: E402
 
-from webapp.execution.executors import embedded_startup  # noqa: E402
 from webapp.live.consumers import RunConsumer  # noqa: E402
 
 websocket_urlpatterns = [path("ws/runs/<int:run_id>/", RunConsumer.as_asgi())]
@@ -27,5 +26,3 @@ application = ProtocolTypeRouter({
     "http": ASGIStaticFilesHandler(django_asgi),
     "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
 })
-
-embedded_startup()

@@ -1,13 +1,25 @@
-"""Where `run_execute` is called: a Celery worker on queue `gpu`, or a thread of this process (embedded)."""
+"""The in-process executor: runs and re-scores on threads of this process (the embedded setup), and the reaper
+thread a server process starts. An entry point like the Celery tasks: work reaches it by name, through
+dispatch.py, where WebappConfig.ready installs it."""
 from __future__ import annotations
 
 import logging
 import os
 import socket
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from django.conf import settings
+from django.db import close_old_connections, connections
+
+from webapp.execution.dispatch import PLAYGROUND_RESCORE, RUN_EXECUTE, dispatch_install_local
+from webapp.execution.runner import run_execute
+from webapp.models import Run, RunStatus
+from webapp.models.runs import ACTIVE_STATUSES
+from webapp.services.playground import playground_execute
+from webapp.services.runs import run_mark_crashed, runs_reap_stale
 
 log = logging.getLogger(__name__)
 
@@ -30,11 +42,6 @@ def hold_submissions() -> None:
 
 
 def submit(run_id: int) -> None:
-    if settings.STUDIO_EXECUTOR == "celery":
-        from webapp.tasks import run_execute_task
-
-        run_execute_task.apply_async(args=[run_id], queue="gpu")
-        return
     global _pool
     if _held:
         return
@@ -50,12 +57,6 @@ _judge_pending: set = set()  # futures of the judge pool: it has two threads, so
 
 
 def submit_rescore(rescore_id: int) -> None:
-    """Celery queue `judge`, or the in-process judge pool (embedded): the same service either way."""
-    if settings.STUDIO_EXECUTOR == "celery":
-        from webapp.tasks import playground_rescore_task
-
-        playground_rescore_task.apply_async(args=[rescore_id], queue="judge")
-        return
     global _judge_pool
     with _pool_lock:
         if _judge_pool is None:
@@ -65,11 +66,21 @@ def submit_rescore(rescore_id: int) -> None:
     future.add_done_callback(_judge_pending.discard)
 
 
+def _run_local(name: str, object_id: int) -> None:
+    if name == RUN_EXECUTE:
+        submit(object_id)
+    elif name == PLAYGROUND_RESCORE:
+        submit_rescore(object_id)
+    else:
+        raise ValueError(f"the in-process executor runs no task {name!r}")
+
+
+def executor_install() -> None:
+    """Makes this module the executor of work dispatched while STUDIO_EXECUTOR is `inprocess`."""
+    dispatch_install_local(executor=_run_local)
+
+
 def _rescore_in_thread(rescore_id: int) -> None:
-    from django.db import close_old_connections, connections
-
-    from webapp.services.playground import playground_execute
-
     close_old_connections()
     try:
         playground_execute(rescore_id=rescore_id)
@@ -80,10 +91,6 @@ def _rescore_in_thread(rescore_id: int) -> None:
 
 
 def _execute_in_thread(run_id: int) -> None:
-    from django.db import close_old_connections, connections
-
-    from webapp.execution.runner import run_execute
-
     close_old_connections()
     try:
         run_execute(run_id=run_id, worker=f"inprocess@{worker_name()}")
@@ -103,19 +110,37 @@ def wait_idle(timeout: float | None = None) -> None:
         future.result(timeout=timeout)
 
 
+# The programs that serve the ASGI app; `runserver` counts in the process that serves (not its autoreloader).
+SERVER_PROGRAMS = ("daphne", "uvicorn", "hypercorn", "gunicorn")
+
+
+def is_server_process(argv: list[str] | None = None, environ: dict[str, str] | None = None) -> bool:
+    """True in a process started to serve the app (daphne, uvicorn, …, or manage.py runserver), false in a
+    shell, a management command, a test or a Celery worker, which must never adopt or crash-mark runs."""
+    argv = sys.argv if argv is None else argv
+    environ = os.environ if environ is None else environ
+    if not argv:
+        return False
+    program = Path(argv[0])
+    if program.name in SERVER_PROGRAMS or (program.name == "__main__.py" and program.parent.name in SERVER_PROGRAMS):
+        return True
+    return "runserver" in argv[1:2] and (environ.get("RUN_MAIN") == "true" or "--noreload" in argv)
+
+
+_started = False
+
+
 def embedded_startup() -> None:
     """In the embedded setup nothing else owns runs: active ones are orphans of a previous process (crashed)
-    and queued ones are re-submitted. A reaper thread keeps marking stale runs, as Celery beat does."""
-    if settings.STUDIO_EXECUTOR != "inprocess":
-        return
+    and queued ones are re-submitted. A reaper thread keeps marking stale runs, as Celery beat does.
+    Called by WebappConfig.ready in a server process; runs once per process."""
+    global _started
+    with _pool_lock:
+        if _started or settings.STUDIO_EXECUTOR != "inprocess":
+            return
+        _started = True
 
     def _start() -> None:
-        from django.db import close_old_connections
-
-        from webapp.models import Run, RunStatus
-        from webapp.models.runs import ACTIVE_STATUSES
-        from webapp.services.runs import run_mark_crashed, runs_reap_stale
-
         try:
             for run_id in Run.objects.filter(status__in=ACTIVE_STATUSES).values_list("id", flat=True):
                 run_mark_crashed(run_id=run_id, reason="the server restarted during the run; "

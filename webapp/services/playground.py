@@ -14,6 +14,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from webapp.execution.dispatch import PLAYGROUND_RESCORE, work_enqueue
 from webapp.models import JudgeConfig, Project, Rescore, Role, RubricVersion, Trajectory, TrajectoryGroup
 from webapp.services.access import require_role
 from webapp.services.catalogue import _clean_criteria, rubric_version_create
@@ -57,9 +58,7 @@ def playground_create(*, user, project: Project, group_ids: list[int], rubric_te
             criteria=_clean_criteria(criteria), judge_config=judge_config,
             judge_model=(judge_model or "").strip() or judge_config.model, temperature=temperature, passes=passes,
             group_ids=ids, created_by=user if getattr(user, "is_authenticated", False) else None)
-        from webapp.execution.executors import submit_rescore
-
-        transaction.on_commit(lambda: submit_rescore(rescore.id))
+        transaction.on_commit(lambda: work_enqueue(name=PLAYGROUND_RESCORE, object_id=rescore.id))
     return rescore
 
 

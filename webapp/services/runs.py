@@ -15,6 +15,7 @@ from django.db import transaction
 from django.db.models import F, Sum
 from django.utils import timezone
 
+from webapp.execution.dispatch import RUN_EXECUTE, work_enqueue
 from webapp.live.ingest import run_status_publish
 from webapp.models import Agent, Checkpoint, JudgeConfig, Project, Role, RubricVersion, Run, RunStatus, ScenarioSet
 from webapp.models.runs import ACTIVE_STATUSES
@@ -86,9 +87,7 @@ def run_fork(*, user, checkpoint: Checkpoint, name: str, rubric_version: RubricV
 
 def run_enqueue(*, run: Run) -> None:
     """Hands the run to the executor once the transaction commits (a worker must see the row)."""
-    from webapp.execution.executors import submit
-
-    transaction.on_commit(lambda: submit(run.id))
+    transaction.on_commit(lambda: work_enqueue(name=RUN_EXECUTE, object_id=run.id))
 
 
 def _transition(run_id: int, from_statuses: tuple[str, ...], **changes: Any) -> bool:

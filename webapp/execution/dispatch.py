@@ -1,0 +1,38 @@
+"""Hands work to whatever executes it, by task name: a Celery queue, or the in-process executor of this process.
+
+A leaf of the web app: services call it, and it imports no service, runner or task, so work flows one way
+(entry points > services > dispatch > models; pyproject's import-linter contract). The in-process executor
+(executors.py, an entry point) installs itself here at app start instead of being imported.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from django.conf import settings
+
+from webapp.celery_app import app
+
+RUN_EXECUTE = "webapp.tasks.run_execute_task"
+PLAYGROUND_RESCORE = "webapp.tasks.playground_rescore_task"
+QUEUES = {RUN_EXECUTE: "gpu", PLAYGROUND_RESCORE: "judge"}
+
+LocalExecutor = Callable[[str, int], None]
+_local: LocalExecutor | None = None
+
+
+def dispatch_install_local(*, executor: LocalExecutor) -> None:
+    """Sets what runs work when STUDIO_EXECUTOR is `inprocess` (WebappConfig.ready installs executors.py)."""
+    global _local
+    _local = executor
+
+
+def work_enqueue(*, name: str, object_id: int) -> None:
+    """Enqueues task `name` (one of QUEUES) for `object_id`; call it once the row is committed."""
+    if name not in QUEUES:
+        raise ValueError(f"unknown task {name!r}; one of {', '.join(QUEUES)}")
+    if settings.STUDIO_EXECUTOR == "celery":
+        app.send_task(name, args=[object_id], queue=QUEUES[name])
+        return
+    if _local is None:
+        raise RuntimeError("no in-process executor is installed (WebappConfig.ready installs it)")
+    _local(name, object_id)
