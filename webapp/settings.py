@@ -127,6 +127,9 @@ STUDIO_STALE_AFTER_S = env_float("STUDIO_STALE_AFTER_S", 60.0, minimum=1.0)
 if STUDIO_STALE_AFTER_S <= 2 * STUDIO_HEARTBEAT_S:
     raise ImproperlyConfigured("STUDIO_STALE_AFTER_S must be more than twice STUDIO_HEARTBEAT_S")
 # Torch threads of the engine subprocess: leave a core to the web process so pages stay responsive.
+# A run still queued this long after it was last handed to the executor is re-sent by the reaper (a broker that
+# lost its message strands it otherwise); a duplicate delivery finds nothing to claim.
+STUDIO_REQUEUE_AFTER_S = env_float("STUDIO_REQUEUE_AFTER_S", 600.0, minimum=1.0)
 STUDIO_ENGINE_THREADS = env_int("STUDIO_ENGINE_THREADS", 1, minimum=1)
 STUDIO_ENGINE_NICE = env_int("STUDIO_ENGINE_NICE", 5, minimum=0)
 STUDIO_ENCRYPTION_KEY = env_str("STUDIO_ENCRYPTION_KEY") or None

@@ -40,6 +40,9 @@ class Run(models.Model):
     phase = models.CharField(max_length=200, blank=True, help_text="What the run is doing right now.")
     worker = models.CharField(max_length=200, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # When the run was last handed to the executor while queued (null: at creation); the reaper re-sends a run
+    # queued for longer than STUDIO_REQUEUE_AFTER_S, whose message the broker may have lost.
+    enqueued_at = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
     last_event_seq = models.PositiveIntegerField(default=0)
     review_gate = models.BooleanField(default=False, help_text="Wait for a reviewer's approval after each step's "

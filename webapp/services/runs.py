@@ -87,7 +87,11 @@ def run_fork(*, user, checkpoint: Checkpoint, name: str, rubric_version: RubricV
 
 def run_enqueue(*, run: Run) -> None:
     """Hands the run to the executor once the transaction commits (a worker must see the row)."""
-    transaction.on_commit(lambda: work_enqueue(name=RUN_EXECUTE, object_id=run.id))
+    def _send() -> None:
+        Run.objects.filter(pk=run.id, status=RunStatus.QUEUED).update(enqueued_at=timezone.now())
+        work_enqueue(name=RUN_EXECUTE, object_id=run.id)
+
+    transaction.on_commit(_send)
 
 
 def _transition(run_id: int, from_statuses: tuple[str, ...], **changes: Any) -> bool:
@@ -189,9 +193,29 @@ def run_mark_crashed(*, run_id: int, reason: str) -> bool:
                        finished_at=timezone.now())
 
 
-def runs_reap_stale(*, now=None) -> list[int]:
-    """Marks crashed every active run whose worker stopped beating; returns their ids."""
+def runs_requeue_stranded(*, now=None) -> list[int]:
+    """Re-sends every run queued for longer than STUDIO_REQUEUE_AFTER_S since it was last sent; returns their
+    ids. Tasks are acknowledged on receipt, so a lost or dropped message would leave the run queued forever;
+    a message that was only slow meets the re-sent one at run_claim, and one of them finds nothing to claim."""
     now = now or timezone.now()
+    cutoff = now - timedelta(seconds=settings.STUDIO_REQUEUE_AFTER_S)
+    waiting = Run.objects.filter(status=RunStatus.QUEUED)
+    stranded = waiting.filter(enqueued_at__lt=cutoff) | waiting.filter(enqueued_at=None, created_at__lt=cutoff)
+    resent = []
+    for run_id, sent_at in stranded.order_by("id").values_list("id", "enqueued_at"):
+        # Conditional on the time read: of two reapers, one re-sends.
+        if Run.objects.filter(pk=run_id, status=RunStatus.QUEUED, enqueued_at=sent_at).update(enqueued_at=now):
+            log.warning("run %s was queued since %s without a worker; sending it again", run_id, sent_at)
+            work_enqueue(name=RUN_EXECUTE, object_id=run_id)
+            resent.append(run_id)
+    return resent
+
+
+def runs_reap_stale(*, now=None) -> list[int]:
+    """Marks crashed every active run whose worker stopped beating, returning their ids, and re-sends runs
+    stranded in the queue (runs_requeue_stranded)."""
+    now = now or timezone.now()
+    runs_requeue_stranded(now=now)
     cutoff = now - timedelta(seconds=settings.STUDIO_STALE_AFTER_S)
     stale = list(Run.objects.filter(status__in=ACTIVE_STATUSES, heartbeat_at__lt=cutoff).values_list("id", "worker"))
     reaped = []

@@ -1,0 +1,11 @@
+from __future__ import annotations
+
+from django.db import migrations, models
+
+
+class Migration(migrations.Migration):
+    dependencies = [("webapp", "0002_review")]
+
+    operations = [
+        migrations.AddField(model_name="run", name="enqueued_at", field=models.DateTimeField(blank=True, null=True)),
+    ]
