@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 import judging
 from judging import ConcurrencyLimit, Criterion, GroupJudgement, JudgeError
 from judging.prompt import canonical
+from studio.key_policy import POLICY_ENV, key_policy_refusal, parse_key_policy
 from training.types import Score, TrajectoryGroup
 
 
@@ -72,11 +73,20 @@ class JudgeScorer:
         if o.api_base:
             params["api_base"] = o.api_base
         if o.api_key_env:
+            policy = os.environ.get(POLICY_ENV)  # set by the web app's worker; absent when run on its own
+            refusal = policy is not None and key_policy_refusal(parse_key_policy(policy), api_key_env=o.api_key_env,
+                                                                api_base=o.api_base)
+            if refusal:
+                raise JudgeError(f"judge.api_key_env: {refusal}")
             key = os.environ.get(o.api_key_env)
             if not key:
                 raise JudgeError(f"judge.api_key_env names {o.api_key_env!r}, but that environment variable "
                                  "is not set")
             params["api_key"] = key
+        elif o.api_base and os.environ.get(POLICY_ENV) is not None:
+            # Without a named key litellm would send the provider's usual variable (OPENAI_API_KEY, …) to this
+            # endpoint, past the policy: an endpoint with no key named gets no key.
+            params["api_key"] = "none"
         if o.temperature is not None:
             params["temperature"] = o.temperature
         return params

@@ -126,8 +126,9 @@ class JudgeConfigForm(forms.Form):
     name = forms.CharField(max_length=200)
     model = forms.CharField(max_length=300, help_text="litellm model string, e.g. openai/gpt-4o-mini.")
     api_base = forms.URLField(required=False, max_length=500, assume_scheme="https")
-    api_key_env = forms.CharField(required=False, max_length=100, label="API key environment variable",
-                                  help_text="Name of the variable that holds the key on the workers.")
+    api_key_env = forms.ChoiceField(required=False, label="API key of the workers",
+                                    help_text="The key variables an administrator allowed, with where each may "
+                                              "be sent (set API base to match).")
     api_key = forms.CharField(required=False, max_length=500, label="Or an API key (stored encrypted)",
                               widget=forms.PasswordInput(render_value=False),
                               help_text="Never shown again. Leave blank to keep the stored key.")
@@ -138,6 +139,12 @@ class JudgeConfigForm(forms.Form):
     budget_usd = forms.DecimalField(required=False, min_value=0, max_digits=10, decimal_places=2,
                                     label="Budget per run (USD)",
                                     help_text="A run pauses once its judge calls cost this much (priced models).")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["api_key_env"].choices = [("", "none (a stored key, or the provider's usual variable)")] + [
+            (key, f"{key} → {', '.join(b or 'the provider default endpoint' for b in bases)}")
+            for key, bases in sorted(settings.STUDIO_JUDGE_KEY_ENDPOINTS.items())]
 
     @classmethod
     def from_judge(cls, judge: JudgeConfig, **kwargs: Any) -> "JudgeConfigForm":

@@ -11,6 +11,8 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
+from studio.key_policy import POLICY_ENV, KeyPolicy, normalise_base, parse_key_policy
+
 from webapp.env import (
     check_redis_url,
     database_from_url,
@@ -50,6 +52,17 @@ def _secret_key() -> str:
 
 
 SECRET_KEY = _secret_key()
+
+
+def _judge_key_endpoints() -> KeyPolicy:
+    try:
+        policy = parse_key_policy(env_str(POLICY_ENV) or "{}")
+    except ValueError as err:
+        raise ImproperlyConfigured(str(err)) from None
+    demo_key = env_str("JUDGE_API_KEY_ENV")
+    if demo_key:
+        policy[demo_key] = (*policy.get(demo_key, ()), normalise_base(env_str("JUDGE_API_BASE")))
+    return policy
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"] + (["testserver"] if DEBUG else []))
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
@@ -133,6 +146,10 @@ STUDIO_REQUEUE_AFTER_S = env_float("STUDIO_REQUEUE_AFTER_S", 600.0, minimum=1.0)
 STUDIO_ENGINE_THREADS = env_int("STUDIO_ENGINE_THREADS", 1, minimum=1)
 STUDIO_ENGINE_NICE = env_int("STUDIO_ENGINE_NICE", 5, minimum=0)
 STUDIO_ENCRYPTION_KEY = env_str("STUDIO_ENCRYPTION_KEY") or None
+# The judge key variables of the workers' environment that a judge may name, each with the endpoints it may be
+# sent to (studio/key_policy.py): administrators set this; editors choose among the pairs. Unset: none (a key an
+# editor stores on a judge still works). The demo's JUDGE_API_KEY_ENV is bound to its JUDGE_API_BASE.
+STUDIO_JUDGE_KEY_ENDPOINTS = _judge_key_endpoints()
 # Modules whose functions a project may declare as custom tools (tools environment); none by default.
 STUDIO_TOOL_MODULES = env_list("STUDIO_TOOL_MODULES", [])
 STUDIO_MAX_UPLOAD_BYTES = env_int("STUDIO_MAX_UPLOAD_BYTES", 5 * 1024 * 1024, minimum=1024)

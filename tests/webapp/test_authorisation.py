@@ -7,7 +7,7 @@ from django.urls import reverse
 from rest_framework.test import APIClient
 
 from tests.webapp.factories import (
-    agent_factory, member_factory, project_factory, run_factory, scenario_set_factory, user_factory,
+    agent_factory, judge_factory, member_factory, project_factory, run_factory, scenario_set_factory, user_factory,
 )
 from webapp.live.ingest import run_event_ingest
 from webapp.models import Role, Run, RunStatus, Trajectory
@@ -114,13 +114,14 @@ def test_a_stored_judge_key_is_encrypted_and_never_shown_back(client):
     assert "sk-very-secret-123" not in str(_api(project.owner).get(f"/api/judge-configs/{judge.id}/").json())
 
 
-def test_a_judge_key_variable_must_be_an_api_key_so_the_servers_own_secrets_stay_home(client):
+def test_a_judge_key_variable_must_be_an_api_key_so_the_servers_own_secrets_stay_home(client, settings):
+    settings.STUDIO_JUDGE_KEY_ENDPOINTS = {"OPENAI_API_KEY": ("",)}
     project = project_factory()
     client.force_login(project.owner)
     form = {"name": "j", "model": "openai/gpt-4o-mini", "temperature": 0, "passes": 1, "concurrency": 4}
     for name in ("SECRET_KEY", "DATABASE_URL", "openai_api_key"):
         response = client.post(reverse("judge-create", args=[project.id]), {**form, "api_key_env": name})
-        assert response.status_code == 400 and b"ending in _API_KEY" in response.content, name
+        assert response.status_code == 400 and b"Select a valid choice" in response.content, name
     assert not project.judge_configs.exists()
     ok = client.post(reverse("judge-create", args=[project.id]), {**form, "api_key_env": "OPENAI_API_KEY"})
     assert ok.status_code == 302 and project.judge_configs.get().api_key_env == "OPENAI_API_KEY"
@@ -158,8 +159,11 @@ def test_the_engine_process_gets_none_of_the_web_apps_secrets(monkeypatch):
     from webapp.execution.runner import engine_env
 
     for name, value in {"SECRET_KEY": "s" * 40, "STUDIO_ENCRYPTION_KEY": "k", "DATABASE_URL": "postgres://x/y",
-                        "REDIS_URL": "redis://x", "OPENAI_API_KEY": "sk-1"}.items():
+                        "REDIS_URL": "redis://x", "OPENAI_API_KEY": "sk-1", "ANTHROPIC_API_KEY": "sk-2"}.items():
         monkeypatch.setenv(name, value)
-    env = engine_env(run_factory())
+    project = project_factory()
+    env = engine_env(run_factory(project=project,
+                                 judge_config=judge_factory(project=project, api_key_env="OPENAI_API_KEY")))
     assert not {"SECRET_KEY", "STUDIO_ENCRYPTION_KEY", "DATABASE_URL", "REDIS_URL"} & set(env)
     assert env["OPENAI_API_KEY"] == "sk-1"  # the judge's key variable does reach the engine
+    assert "ANTHROPIC_API_KEY" not in env  # other keys stay home: litellm would find them by provider

@@ -20,6 +20,7 @@ from pathlib import Path
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections
 
+from studio.key_policy import POLICY_ENV
 from webapp.live.ingest import run_event_ingest
 from webapp.models import Run, RunStatus
 from webapp.services.review import run_review_rewards
@@ -36,12 +37,16 @@ APP_SECRETS = ("SECRET_KEY", "STUDIO_ENCRYPTION_KEY", "DATABASE_URL", "REDIS_URL
 
 
 def engine_env(run: Run) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in APP_SECRETS}
+    judge = run.judge_config
+    # The engine gets no worker key but its judge's: litellm would otherwise find the provider's usual variable.
+    env = {k: v for k, v in os.environ.items() if k not in APP_SECRETS
+           and not (k.endswith("_API_KEY") and k != (judge.api_key_env if judge else None))}
     threads = str(settings.STUDIO_ENGINE_THREADS)
     env.update({"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "TOKENIZERS_PARALLELISM": "false",
                 "PYTHONUNBUFFERED": "1"})
     env.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    judge = run.judge_config
+    # The engine checks the judge's key against the administrators' policy too, whatever the config says.
+    env[POLICY_ENV] = json.dumps({key: list(bases) for key, bases in settings.STUDIO_JUDGE_KEY_ENDPOINTS.items()})
     if judge is not None and judge.api_key_encrypted and not judge.api_key_env:
         # Only the child's environment ever holds the plain key; the stored config names the variable.
         env["STUDIO_JUDGE_API_KEY"] = secret_decrypt(token=judge.api_key_encrypted)

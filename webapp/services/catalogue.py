@@ -5,9 +5,11 @@ import re
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
+from studio.key_policy import key_policy_refusal
 from webapp.models import Agent, JudgeConfig, Project, Role, Rubric, RubricVersion, Scenario, ScenarioSet
 from webapp.services.access import require_role
 from webapp.services.scenario_import import parse_scenario_file
@@ -160,6 +162,9 @@ def _apply_judge_fields(judge: JudgeConfig, fields: dict[str, Any]) -> None:
     errors = {}
     if judge.api_key_env and not API_KEY_ENV_NAME.match(judge.api_key_env):
         errors["api_key_env"] = ["must name an environment variable ending in _API_KEY, e.g. OPENAI_API_KEY"]
+    elif refusal := key_policy_refusal(settings.STUDIO_JUDGE_KEY_ENDPOINTS, api_key_env=judge.api_key_env,
+                                       api_base=judge.api_base):
+        errors["api_key_env"] = [refusal]
     if not 0.0 <= judge.temperature <= 2.0:
         errors["temperature"] = ["temperature must be between 0 and 2"]
     if not 1 <= judge.passes <= 10:

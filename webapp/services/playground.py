@@ -10,10 +10,12 @@ import asyncio
 import os
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from studio.key_policy import key_policy_refusal
 from webapp.execution.dispatch import PLAYGROUND_RESCORE, work_enqueue
 from webapp.models import JudgeConfig, Project, Rescore, Role, RubricVersion, Trajectory, TrajectoryGroup
 from webapp.services.access import require_role
@@ -67,12 +69,19 @@ def _litellm_params(judge: JudgeConfig, temperature: float) -> dict[str, Any]:
     if judge.api_base:
         params["api_base"] = judge.api_base
     if judge.api_key_env:
+        refusal = key_policy_refusal(settings.STUDIO_JUDGE_KEY_ENDPOINTS, api_key_env=judge.api_key_env,
+                                     api_base=judge.api_base)
+        if refusal:
+            raise ValueError(refusal)
         key = os.environ.get(judge.api_key_env)
         if not key:
             raise ValueError(f"the judge's API key variable {judge.api_key_env} is not set on this worker")
         params["api_key"] = key
     elif judge.api_key_encrypted:
         params["api_key"] = secret_decrypt(token=judge.api_key_encrypted)
+    elif judge.api_base:
+        # Otherwise litellm would send the provider's usual variable (OPENAI_API_KEY, …) here, past the policy.
+        params["api_key"] = "none"
     if temperature:
         params["temperature"] = temperature
     return params
