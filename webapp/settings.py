@@ -143,6 +143,9 @@ if STUDIO_STALE_AFTER_S <= 2 * STUDIO_HEARTBEAT_S:
 # A run still queued this long after it was last handed to the executor is re-sent by the reaper (a broker that
 # lost its message strands it otherwise); a duplicate delivery finds nothing to claim.
 STUDIO_REQUEUE_AFTER_S = env_float("STUDIO_REQUEUE_AFTER_S", 600.0, minimum=1.0)
+# Set on GPU workers (the GPU image does): they refuse runs that would train on their CPU or sample with the
+# local server, unless a run asks for the CPU (device: cpu).
+STUDIO_GPU_WORKER = env_bool("STUDIO_GPU_WORKER", False)
 STUDIO_ENGINE_THREADS = env_int("STUDIO_ENGINE_THREADS", 1, minimum=1)
 STUDIO_ENGINE_NICE = env_int("STUDIO_ENGINE_NICE", 5, minimum=0)
 STUDIO_ENCRYPTION_KEY = env_str("STUDIO_ENCRYPTION_KEY") or None

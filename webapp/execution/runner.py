@@ -58,12 +58,35 @@ def _nice() -> None:
         os.nice(settings.STUDIO_ENGINE_NICE)
 
 
+def gpu_worker_refusal(config: dict) -> str | None:
+    """Why a GPU worker must not run `config`, or None. A run asks for the CPU (and with it the local server,
+    transformers' generate) by `device: cpu`; anything else would quietly train at a fraction of the speed."""
+    device = config.get("device", "auto")
+    if device == "cpu":
+        return None
+    kind = config.get("server", {}).get("kind", "local")
+    if kind == "local":
+        return ("a GPU worker does not sample with server.kind 'local' (transformers' generate): use 'vllm' or "
+                "'external', or set device: cpu to run on this worker's CPU")
+    import torch  # only GPU workers ask; the web process never imports torch for this
+
+    if not torch.cuda.is_available():
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "unset")
+        return (f"this GPU worker sees no CUDA device (CUDA_VISIBLE_DEVICES={visible}), so device {device!r} "
+                "resolves to cpu; check the worker's GPU reservation, or set device: cpu to run on its CPU")
+    return None
+
+
 def run_execute(*, run_id: int, worker: str) -> str:
     """Returns what happened: "skipped" when another worker owns the run (or it is no longer queued)."""
     if not run_claim(run_id=run_id, worker=worker):
         log.info("run %s is not queued; %s leaves it alone", run_id, worker)
         return "skipped"
     run = Run.objects.select_related("judge_config").get(pk=run_id)
+    refusal = gpu_worker_refusal(run.config) if settings.STUDIO_GPU_WORKER else None
+    if refusal:
+        run_event_ingest(run_id=run_id, event={"kind": "run_failed", "step": -1, "error": refusal})
+        return Run.objects.values_list("status", flat=True).get(pk=run_id)
     out_dir = Path(run.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     log_path = out_dir / "engine.log"
