@@ -14,7 +14,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo demo-engine test test-vllm services system-deps venv vllm-venv bench lint-imports clean
+.PHONY: demo demo-engine test test-vllm services system-deps compose-check venv vllm-venv bench lint-imports clean
 
 venv: $(STAMP)
 $(STAMP): requirements.lock pyproject.toml
@@ -37,9 +37,15 @@ $(VLLM_STAMP):
 	$(VLLM_VENV)/bin/python -c "import vllm.entrypoints.openai.api_server"
 	touch $@
 
-# Debian packages the browser tests need (Chromium driven by Playwright; never a browser download).
+# Debian packages the tests need: Chromium for the browser tests (driven by Playwright; never a browser
+# download) and Compose to validate docker/compose.yml (`config` needs no Docker engine).
 system-deps:
 	@command -v chromium >/dev/null || { apt-get update -q && apt-get install -y -q chromium; }
+	@docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null || { apt-get update -q && apt-get install -y -q docker-compose; }
+
+# docker/compose.yml as Compose reads it, with the GPU profile (no engine, no network).
+compose-check:
+	@SECRET_KEY=$$(printf 'k%.0s' $$(seq 40)) $$(docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose) -f docker/compose.yml --profile gpu config -q && echo "docker/compose.yml: valid (gpu profile)"
 
 # PostgreSQL and Redis run on this machine and on CI's; start them when they are down.
 services:
