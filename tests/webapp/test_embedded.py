@@ -43,6 +43,7 @@ def test_the_demo_command_trains_the_tiny_model_end_to_end_on_the_embedded_defau
     ("REDIS_URL", "http://localhost", "scheme must be redis://"),
     ("STUDIO_HEARTBEAT_S", "often", "STUDIO_HEARTBEAT_S='often' is not a number"),
     ("STUDIO_EXECUTOR", "gpu", "STUDIO_EXECUTOR='gpu' must be one of celery, inprocess"),
+    ("STUDIO_JUDGE_KEY_ENDPOINTS", "OPENAI_API_KEY", "STUDIO_JUDGE_KEY_ENDPOINTS is not JSON"),
 ])
 def test_a_bad_environment_value_stops_the_app_at_start_with_its_name(tmp_path, name, value, message):
     result = _manage(tmp_path, "check", timeout=60, **{name: value, "SECRET_KEY": "k" * 40})
