@@ -211,3 +211,6 @@ def test_cache_hits_are_recorded_apart_and_billed_nowhere():
     assert run_judge_cost(run=run) == {"calls": 1, "cost_usd": 0.03, "unpriced": 0, "cache_hits": 1}
     assert Step.objects.get(run=run, index=2).judge_cost_usd == 0.0
     assert list(run.judge_calls.order_by("id").values_list("cached", flat=True)) == [False, True]
+    first = Trajectory.objects.get(group__run=run, group__step_index=2, index=0)
+    assert first.metadata["judge"] | {"passes": 1} == {"passes": 1, "disagreement": None, "identical": False,
+                                                       "truncated": [], "requests": 0, "cache_hits": 1}

@@ -158,8 +158,17 @@ def _on_judge_usage(run: Run, e: dict[str, Any]) -> dict[str, Any]:
     step, index = int(e["step"]), int(e["group_index"])
     group = TrajectoryGroup.objects.filter(run=run, step_index=step, index=index).first()
     judge_model = str(e.get("judge_model") or (run.config.get("judge") or {}).get("judge_model", ""))
+    record = {"passes": int(e.get("passes") or 1), "disagreement": _num(e.get("disagreement")),
+              "identical": bool(e.get("identical")), "truncated": [int(i) for i in e.get("truncated") or []],
+              "requests": int(e.get("requests") or 0), "cache_hits": int(e.get("cache_hits") or 0)}
     if group is not None:
         JudgeCall.objects.filter(group=group).delete()  # a resumed step's group was re-judged
+        # The group's judge record (the review queue reads `disagreement`; pages show identical / truncated)
+        # lives on its first trajectory's metadata, as it always has.
+        first = group.trajectories.order_by("index").first()
+        if first is not None:
+            first.metadata = {**(first.metadata or {}), "judge": record}
+            first.save(update_fields=["metadata"])
     calls = [c for c in e.get("calls") or [] if isinstance(c, dict)]
     JudgeCall.objects.bulk_create(
         JudgeCall(run=run, group=group, judge_model=str(c.get("judge_model") or judge_model),
@@ -169,11 +178,9 @@ def _on_judge_usage(run: Run, e: dict[str, Any]) -> dict[str, Any]:
                   latency_s=_num(c.get("latency_s")), cached=bool(c.get("cache_hit")),
                   raw_reply=str(c.get("raw_reply") or "")[:100_000])
         for c in calls)
-    return {"step": step, "group_index": index, "group_id": group.pk if group else None,
-            "requests": int(e.get("requests") or 0), "cache_hits": int(e.get("cache_hits") or 0),
+    return {"step": step, "group_index": index, "group_id": group.pk if group else None, **record,
             "prompt_tokens": int(e.get("prompt_tokens") or 0), "completion_tokens": int(e.get("completion_tokens") or 0),
-            "cost_usd": _num(e.get("cost_usd")), "identical": bool(e.get("identical")),
-            "truncated": [int(i) for i in e.get("truncated") or []]}
+            "cost_usd": _num(e.get("cost_usd"))}
 
 
 def _on_review_requested(run: Run, e: dict[str, Any]) -> dict[str, Any]:
