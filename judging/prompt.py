@@ -3,8 +3,9 @@
 Layout (DESIGN §4): the system message holds the instructions and the rubric; the user message holds what all
 trajectories share once (their common leading messages, the tools, a reference answer), then each
 trajectory's remaining messages tagged `<trajectory id="N">`. Messages are rendered as a plain transcript
-(`role: text`, tool calls as `name(args)`), not as JSON: the same roles, calls and content in fewer tokens. Ids are assigned in presentation order (1..N),
-so an id says nothing about input order; the caller maps them back through `order`.
+(`role: text`, tool calls as `name(args)`), not as JSON: the same roles, calls and content in fewer tokens.
+Ids are assigned in presentation order (1..N), so an id says nothing about input order; the caller maps them
+back through `order`.
 """
 from __future__ import annotations
 

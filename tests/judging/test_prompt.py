@@ -34,8 +34,8 @@ async def test_each_trajectory_keeps_its_own_messages_under_its_id(rule_double: 
 async def test_tool_calls_and_results_keep_their_roles_names_and_arguments(rule_double: JudgeDouble) -> None:
     def attempt(city: str) -> list[dict]:
         return [SYSTEM, USER,
-                {"role": "assistant", "content": None, "tool_calls": [
-                    {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": f'{{"city": "{city}"}}'}}]},
+                {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
+                    "name": "weather", "arguments": f'{{"city": "{city}"}}'}}]},
                 {"role": "tool", "tool_call_id": "c1", "name": "weather", "content": f"sunny in {city}"},
                 {"role": "assistant", "content": f"It is sunny in {city}. quality 0.5"}]
 

@@ -144,7 +144,8 @@ def accounted_judge():
 
 def test_a_judge_scorers_accounting_is_emitted_as_a_typed_event_after_each_group(tiny_model_dir, tmp_path):
     events = Recorder()
-    run(small_config(tiny_model_dir, tmp_path, steps=1, max_scoring_failures=1.0), scorer=accounted_judge(), sink=events)
+    run(small_config(tiny_model_dir, tmp_path, steps=1, max_scoring_failures=1.0), scorer=accounted_judge(),
+        sink=events)
 
     kinds = [type(e).__name__ for e in events if isinstance(e, (GroupScored, JudgeUsage))]
     assert kinds == ["GroupScored", "JudgeUsage"] * 2  # each group's usage follows it, failed groups included

@@ -26,7 +26,9 @@ def _group(step: int, index: int, rewards: list[float], explanation: str = "fine
 
 
 def _usage(step: int, *calls: dict) -> JudgeUsage:
-    return JudgeUsage(step=step, group_index=0, report=JudgeReport(judge_model="openai/judge", calls=list(calls)))
+    hits = sum(bool(c.get("cache_hit")) for c in calls)
+    return JudgeUsage(step=step, group_index=0, report=JudgeReport(judge_model="openai/judge", calls=list(calls),
+                                                                   requests=len(calls) - hits, cache_hits=hits))
 
 
 def _ingest(run, event) -> RunEvent:
@@ -210,6 +212,11 @@ def test_cache_hits_are_recorded_apart_and_billed_nowhere():
     assert run_judge_budget_check(run_id=run.id) is False  # $0.03 really spent, not $0.06
     assert run_judge_cost(run=run) == {"calls": 1, "cost_usd": 0.03, "unpriced": 0, "cache_hits": 1}
     assert Step.objects.get(run=run, index=2).judge_cost_usd == 0.0
+    from rest_framework.test import APIClient
+
+    api = APIClient()
+    api.force_authenticate(project.owner)
+    assert api.get(f"/api/runs/{run.id}/").json()["judge_cost"] == run_judge_cost(run=run)
     assert list(run.judge_calls.order_by("id").values_list("cached", flat=True)) == [False, True]
     first = Trajectory.objects.get(group__run=run, group__step_index=2, index=0)
     assert first.metadata["judge"] | {"passes": 1} == {"passes": 1, "disagreement": None, "identical": False,

@@ -179,8 +179,8 @@ def _on_judge_usage(run: Run, e: dict[str, Any]) -> dict[str, Any]:
                   raw_reply=str(c.get("raw_reply") or "")[:100_000])
         for c in calls)
     return {"step": step, "group_index": index, "group_id": group.pk if group else None, **record,
-            "prompt_tokens": int(e.get("prompt_tokens") or 0), "completion_tokens": int(e.get("completion_tokens") or 0),
-            "cost_usd": _num(e.get("cost_usd"))}
+            "prompt_tokens": int(e.get("prompt_tokens") or 0),
+            "completion_tokens": int(e.get("completion_tokens") or 0), "cost_usd": _num(e.get("cost_usd"))}
 
 
 def _on_review_requested(run: Run, e: dict[str, Any]) -> dict[str, Any]:
