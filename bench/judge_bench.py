@@ -71,8 +71,8 @@ def trajectory(i: int, turns: int = 3) -> list[dict[str, Any]]:
 
 def prompt_tokens(message_lists: list[list[dict[str, Any]]], *, share_prefix: bool, encode: Any) -> int:
     prefix = common_prefix_length(message_lists) if share_prefix else 0
-    messages = build_messages(rubric=DEFAULT_RUBRIC, criteria=None, shared=message_lists[0][:prefix],
-                              remainders=[m[prefix:] for m in message_lists], tools=None, reference=None)
+    messages, _ = build_messages(rubric=DEFAULT_RUBRIC, criteria=None, shared=message_lists[0][:prefix],
+                                 remainders=[m[prefix:] for m in message_lists], tools=None, reference=None)
     return sum(len(encode(m["content"])) for m in messages)
 
 
@@ -170,10 +170,11 @@ def main() -> None:
     if ruler is None:
         print("ART's RULER: .venv-art not found (run `make art-venv`); request comparison skipped")
     else:
-        print("Judge request tokens vs ART 0.5.23 RULER (cl100k_base, contents + response schema, HTTP bodies)")
+        print("Judge request tokens vs ART 0.5.23 RULER (cl100k_base, contents + response schema, HTTP bodies);"
+              " target ours / RULER <= 0.85")
         print(f"{'G':>3} | {'ours':>6} | {'RULER':>6} | {'ours / RULER':>12}")
         for n, ours, theirs in asyncio.run(bench_vs_ruler(ruler)):
-            print(f"{n:>3} | {ours:>6} | {theirs:>6} | {ours / theirs:>11.2f}x")
+            print(f"{n:>3} | {ours:>6} | {theirs:>6} | {ours / theirs:>11.3f}x")
     print()
     print("Judge throughput against the HTTP double (50 ms per request, own process), 32 groups of 8, best of 3")
     rates = asyncio.run(bench_throughput())
