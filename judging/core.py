@@ -16,7 +16,8 @@ from pydantic import ValidationError
 
 from judging.cache import JudgeCache, request_key
 from judging.errors import JudgeError
-from judging.prompt import DEFAULT_RUBRIC, build_messages, canonical, common_prefix_length, reply_model, sha256
+from judging.prompt import (DEFAULT_RUBRIC, build_messages, canonical, common_prefix_length, reply_model,
+                            response_format, sha256)
 from judging.types import GroupJudgement, JudgeCall, JudgeOptions, TrajectoryScore
 from judging.validate import ReplyProblem, Verdict, parse_reply
 
@@ -90,15 +91,18 @@ def _orders(n: int, passes: int, shuffle: bool, seed_text: str) -> list[list[int
 async def _judge_pass(*, pass_index: int, order: list[int], distinct: list[list[Message]], model: str,
                       rubric: str, params: dict[str, Any], tools: list[dict[str, Any]] | None,
                       opts: JudgeOptions, cache: JudgeCache | None,
-                      limiter: Any) -> tuple[dict[int, Verdict], list[JudgeCall]]:
+                      limiter: Any) -> tuple[dict[int, Verdict], list[JudgeCall], set[int]]:
+    """One pass: its verdicts by distinct index, its calls, and the distinct indices whose middle was cut."""
     from judging.llm import call_judge  # keeps litellm out of `import judging`
 
     prefix = common_prefix_length(distinct)
-    messages = build_messages(rubric=rubric, criteria=opts.criteria, shared=distinct[0][:prefix],
-                              remainders=[distinct[i][prefix:] for i in order], tools=tools,
-                              reference=opts.reference)
+    messages, cut = build_messages(rubric=rubric, criteria=opts.criteria, shared=distinct[0][:prefix],
+                                   remainders=[distinct[i][prefix:] for i in order], tools=tools,
+                                   reference=opts.reference, max_chars=opts.max_prompt_chars)
+    truncated = {order[i] for i in cut}
     schema = reply_model(opts.criteria)
-    prompt_hash = request_key(model, params, messages, schema.model_json_schema())
+    fmt = response_format(schema)
+    prompt_hash = request_key(model, params, messages, fmt)
     key = sha256({"request": prompt_hash, "pass": pass_index})  # k passes in one order are k samples
     n = len(order)
 
@@ -106,15 +110,16 @@ async def _judge_pass(*, pass_index: int, order: list[int], distinct: list[list[
         return {order[int(tid) - 1]: v for tid, v in verdicts.items()}  # presentation id → distinct index
 
     if cache is not None and (hit := cache.get(key)) is not None:
-        calls = [JudgeCall.model_validate({**c, "cache_hit": True}) for c in hit["calls"]]
-        return to_input({tid: Verdict(**v) for tid, v in hit["verdicts"].items()}), calls
+        # Nothing was sent, so nothing was paid: the stored price belongs to the call that filled the cache.
+        calls = [JudgeCall.model_validate({**c, "cache_hit": True, "cost_usd": 0.0}) for c in hit["calls"]]
+        return to_input({tid: Verdict(**v) for tid, v in hit["verdicts"].items()}), calls, truncated
 
     convo = list(messages)
     calls: list[JudgeCall] = []
     for attempt in range(1, opts.max_attempts + 1):
         try:
             async with limiter:
-                raw = await call_judge(model=model, messages=convo, response_format=schema, params=params,
+                raw = await call_judge(model=model, messages=convo, response_format=fmt, params=params,
                                        transport_retries=opts.transport_retries, backoff_s=opts.backoff_s,
                                        max_backoff_s=opts.max_backoff_s)
         except JudgeError as err:
@@ -142,7 +147,7 @@ async def _judge_pass(*, pass_index: int, order: list[int], distinct: list[list[
         if cache is not None:
             cache.put(key, {"calls": [c.model_dump() for c in calls],
                             "verdicts": {t: vars(v) for t, v in verdicts.items()}})
-        return to_input(verdicts), calls
+        return to_input(verdicts), calls, truncated
     raise AssertionError("unreachable: max_attempts >= 1")
 
 
@@ -196,12 +201,13 @@ async def score_group(message_lists: Sequence[Sequence[Any]], judge_model: str, 
         _judge_pass(pass_index=p, order=order, distinct=distinct, model=judge_model, rubric=rubric_text,
                     params=params, tools=tools, opts=opts, cache=cache, limiter=limiter or _NoLimit())
         for p, order in enumerate(orders)])
-    calls = [c for _, pass_calls in results for c in pass_calls]
+    calls = [c for _, pass_calls, _ in results for c in pass_calls]
+    cut = set().union(*(t for _, _, t in results))
 
     per_slot: list[TrajectoryScore] = []
     spreads: list[float] = []
     for d in range(len(distinct)):
-        verdicts = [res[d] for res, _ in results]
+        verdicts = [res[d] for res, _, _ in results]
         pass_scores = [v.score for v in verdicts]
         mean = statistics.fmean(pass_scores)
         spreads.append(statistics.pstdev(pass_scores))
@@ -217,6 +223,7 @@ async def score_group(message_lists: Sequence[Sequence[Any]], judge_model: str, 
     return GroupJudgement(
         scores=scores, judge_model=judge_model, rubric=rubric_text, calls=calls, passes=opts.passes,
         identical=identical, distinct=len(distinct),
+        truncated=[str(i + 1) for i, s in enumerate(slots) if s in cut],
         disagreement=statistics.fmean(spreads) if opts.passes > 1 else None,
         cache_hit=all(c.cache_hit for c in calls), latency_s=time.perf_counter() - started)
 

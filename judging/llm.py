@@ -80,7 +80,7 @@ def _cost(litellm: Any, response: Any) -> float | None:
     return float(cost) if cost is not None else None
 
 
-async def call_judge(*, model: str, messages: list[dict[str, Any]], response_format: type[BaseModel],
+async def call_judge(*, model: str, messages: list[dict[str, Any]], response_format: dict[str, Any] | type[BaseModel],
                      params: dict[str, Any], transport_retries: int, backoff_s: float,
                      max_backoff_s: float) -> RawReply:
     litellm = _load_litellm()

@@ -2,47 +2,45 @@
 
 Layout (DESIGN §4): the system message holds the instructions and the rubric; the user message holds what all
 trajectories share once (their common leading messages, the tools, a reference answer), then each
-trajectory's remaining messages tagged `<trajectory id="N">`. Ids are assigned in presentation order (1..N),
-so an id says nothing about input order; the caller maps them back through `order`.
+trajectory's remaining messages tagged `<trajectory id="N">`. Messages are rendered as a plain transcript
+(`role: text`, tool calls as `name(args)`), not as JSON: the same roles, calls and content in fewer tokens.
+Ids are assigned in presentation order (1..N), so an id says nothing about input order; the caller maps them
+back through `order`.
 """
 from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Sequence
+import re
+from typing import Annotated, Any, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, BeforeValidator, ConfigDict, create_model
 
+from judging.errors import JudgeError
 from judging.types import Criterion
 
 Message = dict[str, Any]
 
 DEFAULT_RUBRIC = """\
-- An answer that achieves what the user asked for scores higher than one that does not, however polished.
-- Among answers that achieve it, prefer the one that gets there more directly: fewer wasted steps, no
-  padding, no needless tool calls.
-- Stating something the conversation does not support (an invented fact, a made-up policy) is a serious
-  fault; it outweighs being helpful in tone.
-- Give partial credit for real progress towards the goal.
-- Make the gaps between scores reflect the gaps in quality: two nearly equal answers get nearly equal scores,
-  a much worse answer a much lower one."""
+- Achieving what the user asked for beats not achieving it, however polished.
+- Among answers that achieve it, the more direct one wins: no wasted steps, padding or needless tool calls.
+- Stating what the conversation does not support (an invented fact or policy) is a serious fault.
+- Real progress towards the goal earns partial credit.
+- Score gaps match quality gaps: nearly equal answers get nearly equal scores."""
 
+# Only what the reply schema cannot say: the task, the scale and how to read the transcript. The schema (sent
+# as a strict response_format) already names every field and type, so the text never repeats it.
 _RELATIVE = """\
-You are judging several attempts by an AI agent at the same task. Each attempt is a conversation between the \
-agent and a user or environment. Compare the attempts with each other and give each a score from 0 to 1 \
-(1 = best possible, 0 = worthless), following the rubric. The scores are used to rank the attempts, so judge \
-them relative to each other, but keep the scale meaningful.
-
-Messages that every attempt shares are shown once under <shared_context>; each attempt's own messages follow \
-under <trajectory id="...">. The order in which the attempts are shown means nothing."""
+Score each attempt by an AI agent at the same task from 0 (worthless) to 1 (best), by the rubric, relative to \
+the others. Messages all attempts share are under <context>; each attempt's own follow under its \
+<trajectory id>, in no meaningful order."""
 
 _ABSOLUTE = """\
-You are judging one attempt by an AI agent at a task. Score it from 0 to 1 (1 = best possible, \
-0 = worthless) on the absolute scale the rubric implies.
+Score the attempt below by an AI agent at a task from 0 (worthless) to 1 (best possible) on the absolute scale \
+the rubric implies. Messages that set up the task are under <context>; the attempt's own messages follow."""
 
-Messages that set up the task are shown under <shared_context>; the attempt's own messages follow under \
-<trajectory id="1">."""
-
+TRUNCATION_MARKER = "\n[... {omitted} characters cut from the middle of this attempt ...]\n"
+_MIN_TRAJECTORY_CHARS = 400  # below this a cut attempt shows too little of its start and end to be judged
 
 def common_prefix_length(message_lists: Sequence[Sequence[Message]]) -> int:
     """Number of leading messages equal in every list, never the whole of any list (each attempt keeps at
@@ -67,43 +65,140 @@ def sha256(obj: Any) -> str:
 def _criteria_text(criteria: list[Criterion]) -> str:
     total = sum(c.weight for c in criteria)
     lines = [f"- {c.name} (weight {c.weight / total:.2f}): {c.description or c.name}" for c in criteria]
-    return ("Score every attempt on each criterion separately, each from 0 to 1; the total is computed from "
-            "them, so do not give one.\nCriteria:\n" + "\n".join(lines))
+    return "Score each criterion separately; the total is computed from them.\nCriteria:\n" + "\n".join(lines)
 
 
 def system_message(rubric: str, n: int, criteria: list[Criterion] | None) -> str:
     head = _ABSOLUTE if n == 1 else _RELATIVE
-    ids = ", ".join(str(i) for i in range(1, n + 1))
     parts = [head, "Rubric:\n" + rubric.strip()]
     if criteria:
         parts.append(_criteria_text(criteria))
-    parts.append(f"Reply with JSON only: an object with key \"scores\" holding exactly {n} item(s), one per "
-                 f"trajectory id ({ids}), each with `trajectory_id` (string), a short `explanation` and "
-                 + ("`criteria`." if criteria else "`score` (a number from 0 to 1)."))
+    # The schema cannot say how many items or which ids: that one line stays.
+    ids = "id 1" if n == 1 else f"ids 1-{n}"
+    parts.append(f"Give exactly {n} score(s), one per trajectory {ids}.")
     return "\n\n".join(parts)
+
+
+# A trajectory (untrusted text) must not close its own block or open another one.
+_TAG = re.compile(r"<(/?)(trajectory|context|tools|reference)\b", re.I)
+
+
+def _text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # OpenAI content parts: the text parts, other parts named
+        return "\n".join(str(p.get("text", "")) if isinstance(p, dict) and p.get("type") == "text"
+                         else f"[{p.get('type', 'part') if isinstance(p, dict) else 'part'}]" for p in content)
+    return canonical(content)
+
+
+def _line(message: Message) -> str:
+    """One message as `role: text`; tool calls as `assistant tool_call: name(args)`, results as
+    `tool name: text`. Any other field a message carries (a refusal, reasoning) is kept as `key= value`."""
+    role = str(message.get("role", "?"))
+    if role == "tool" and message.get("name"):
+        role = f"tool {message['name']}"
+    lines = []
+    text = _text(message.get("content"))
+    if text or not message.get("tool_calls"):
+        lines.append(f"{role}: {text}")
+    for call in message.get("tool_calls") or []:
+        fn = call.get("function") or {} if isinstance(call, dict) else {}
+        lines.append(f"{role} tool_call: {fn.get('name', '?')}({fn.get('arguments', '')})")
+    skip = {"role", "content", "tool_calls", "tool_call_id", "name"}
+    lines += [f"{role} {k}= {v if isinstance(v, str) else canonical(v)}" for k, v in message.items()
+              if k not in skip and v not in (None, "", [], {})]
+    return _TAG.sub(r"<\1\2_", "\n".join(lines))
+
+
+def transcript(messages: Sequence[Message]) -> str:
+    """Messages as a plain transcript, one `role: text` entry each: the same roles, tool calls and content as
+    their JSON, without the JSON's quoting and key noise."""
+    return "\n".join(_line(m) for m in messages)
+
+
+def _tools_text(tools: list[dict[str, Any]]) -> str:
+    lines = []
+    for tool in tools:
+        fn = tool.get("function", tool) if isinstance(tool, dict) else {}
+        params = fn.get("parameters")
+        line = f"- {fn.get('name', '?')}({canonical(params) if params else ''})"
+        lines.append(line + (f": {fn['description']}" if fn.get("description") else ""))
+    return "\n".join(lines)
+
+
+def cut_middle(text: str, limit: int) -> str:
+    """`text` cut to about `limit` characters by dropping its middle, with a marker saying how much went."""
+    if len(text) <= limit:
+        return text
+    keep = max(limit - len(TRUNCATION_MARKER) - 8, 2)
+    head, tail = keep // 2, keep - keep // 2
+    return text[:head] + TRUNCATION_MARKER.format(omitted=len(text) - head - tail) + text[len(text) - tail:]
+
+
+def _per_trajectory_limit(lengths: list[int], budget: int) -> int | None:
+    """The largest per-trajectory length L with sum(min(len, L)) <= budget (short attempts stay whole, the
+    long ones share the rest equally); None when nothing needs cutting."""
+    if sum(lengths) <= budget:
+        return None
+    remaining, left = budget, len(lengths)
+    for length in sorted(lengths):
+        if length * left > remaining:
+            return remaining // left
+        remaining -= length
+        left -= 1
+    return None
 
 
 def user_message(shared: Sequence[Message], remainders: Sequence[Sequence[Message]],
-                 tools: list[dict[str, Any]] | None, reference: str | None) -> str:
-    parts = ["<shared_context>\n" + json.dumps(list(shared), ensure_ascii=False, default=str) + "\n</shared_context>"]
+                 tools: list[dict[str, Any]] | None, reference: str | None,
+                 max_chars: int | None = None) -> tuple[str, list[int]]:
+    """The user message and the presentation indices (0-based) of the trajectories whose middle was cut to
+    keep the message within `max_chars`."""
+    head = []
+    if shared:
+        head.append("<context>\n" + transcript(shared) + "\n</context>")
     if tools:
-        parts.append("<tools>\n" + json.dumps(tools, ensure_ascii=False, default=str) + "\n</tools>")
+        head.append("<tools>\n" + _tools_text(tools) + "\n</tools>")
     if reference:
-        parts.append("<reference_answer>\n" + reference + "\n</reference_answer>\n"
-                     "(A good answer shown to you only; the agent did not see it.)")
-    for i, rest in enumerate(remainders, start=1):
-        body = json.dumps(list(rest), ensure_ascii=False, default=str)
-        parts.append(f'<trajectory id="{i}">\n{body}\n</trajectory>')
-    return "\n\n".join(parts)
+        head.append("<reference>(seen by you only, not by the agent)\n" + reference + "\n</reference>")
+    bodies = [transcript(rest) for rest in remainders]
+    cut: list[int] = []
+    if max_chars is not None:
+        frame = sum(len(h) + 2 for h in head) + sum(len(f'<trajectory id="{i}">\n\n</trajectory>') + 2
+                                                   for i in range(1, len(bodies) + 1))
+        limit = _per_trajectory_limit([len(b) for b in bodies], max_chars - frame)
+        if limit is not None:
+            if limit < _MIN_TRAJECTORY_CHARS:
+                raise JudgeError(f"the judge prompt cannot fit in max_prompt_chars={max_chars}: the shared context, "
+                                 f"tools and reference take {frame} characters, leaving {max(limit, 0)} per "
+                                 "trajectory; raise max_prompt_chars or shorten the shared context")
+            cut = [i for i, b in enumerate(bodies) if len(b) > limit]
+            bodies = [cut_middle(b, limit) for b in bodies]
+    blocks = [f'<trajectory id="{i}">\n{b}\n</trajectory>' for i, b in enumerate(bodies, start=1)]
+    return "\n\n".join(head + blocks), cut
 
 
 def build_messages(*, rubric: str, criteria: list[Criterion] | None, shared: Sequence[Message],
                    remainders: Sequence[Sequence[Message]], tools: list[dict[str, Any]] | None,
-                   reference: str | None) -> list[Message]:
-    return [
-        {"role": "system", "content": system_message(rubric, len(remainders), criteria)},
-        {"role": "user", "content": user_message(shared, remainders, tools, reference)},
-    ]
+                   reference: str | None, max_chars: int | None = None) -> tuple[list[Message], list[int]]:
+    """The judge's two messages, and which trajectories (presentation indices) were cut to fit `max_chars`
+    (a bound on the whole prompt's characters)."""
+    system = system_message(rubric, len(remainders), criteria)
+    user, cut = user_message(shared, remainders, tools, reference,
+                             None if max_chars is None else max_chars - len(system))
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}], cut
+
+
+def _trajectory_id(value: Any) -> Any:
+    # A judge without structured output may write the id as a number: 3 means "3". A bool is not an id.
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+# The JSON schema stays {"type": "string"}: the validator only widens what is accepted back.
+TrajectoryId = Annotated[str, BeforeValidator(_trajectory_id)]
 
 
 class _Strict(BaseModel):
@@ -111,9 +206,9 @@ class _Strict(BaseModel):
 
 
 class _Item(_Strict):
-    trajectory_id: str
+    trajectory_id: TrajectoryId
     explanation: str
-    score: float = Field(description="From 0 to 1.")
+    score: float
 
 
 class JudgeReply(_Strict):
@@ -121,17 +216,35 @@ class JudgeReply(_Strict):
 
 
 def reply_model(criteria: list[Criterion] | None) -> type[BaseModel]:
-    """The pydantic model of the reply: sent as `response_format` and used to parse the reply.
+    """The pydantic model of the reply: used to parse the reply and, through `response_format`, sent as its
+    schema.
 
     With criteria the item carries an object with one required number per criterion instead of `score`
     (strict JSON-schema mode wants every key named and required, so no free-form dict).
     """
     if not criteria:
         return JudgeReply
-    fields: dict[str, Any] = {c.name: (float, Field(description=c.description or c.name)) for c in criteria}
+    fields: dict[str, Any] = {c.name: (float, ...) for c in criteria}
     # protected_namespaces=(): a criterion may well be called `model_quality`
     config = ConfigDict(extra="forbid", protected_namespaces=())
     scores_model = create_model("CriterionScores", __config__=config, **fields)
-    item = create_model("CriteriaItem", __config__=ConfigDict(extra="forbid"), trajectory_id=(str, ...),
+    item = create_model("CriteriaItem", __config__=ConfigDict(extra="forbid"), trajectory_id=(TrajectoryId, ...),
                         explanation=(str, ...), criteria=(scores_model, ...))
     return create_model("JudgeCriteriaReply", __config__=ConfigDict(extra="forbid"), scores=(list[item], ...))
+
+
+def _without_titles(node: Any) -> Any:
+    # pydantic titles every model and field ("Trajectory Id"); they repeat the key and tell the judge nothing.
+    if isinstance(node, dict):
+        return {k: _without_titles(v) for k, v in node.items()
+                if not (k == "title" and isinstance(v, str))}
+    if isinstance(node, list):
+        return [_without_titles(v) for v in node]
+    return node
+
+
+def response_format(model: type[BaseModel]) -> dict[str, Any]:
+    """The strict `response_format` for `model`: its JSON schema without pydantic's titles (criterion
+    descriptions are in the system message, so the schema carries names and types only)."""
+    schema = _without_titles(model.model_json_schema())
+    return {"type": "json_schema", "json_schema": {"name": "scores", "strict": True, "schema": schema}}

@@ -36,6 +36,10 @@ class JudgeOptions(_Strict):
     backoff_s: float = Field(1.0, ge=0, description="First retry delay; doubles per retry (with jitter).")
     max_backoff_s: float = Field(30.0, ge=0)
     reference: str | None = Field(None, description="A reference answer shown to the judge only.")
+    max_prompt_chars: int = Field(
+        200_000, ge=2_000, description="Bound on the judge prompt's characters (about 50k tokens by default, "
+        "inside every current judge's context). Over it, the longest trajectories lose their middle, marked, "
+        "so that their start and end are still judged; the group's record lists them in `truncated`.")
 
     @field_validator("criteria")
     @classmethod
@@ -69,7 +73,8 @@ class JudgeCall(_Strict):
     order: list[int] = Field(description="Input indices (0-based) in the order the judge saw them.")
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
-    cost_usd: float | None = Field(None, description="None when the model has no known price (never 0).")
+    cost_usd: float | None = Field(None, description="None when the model has no known price; 0 for a cache hit "
+                                                      "(nothing was sent, nothing paid).")
     latency_s: float
     transport_retries: int = 0
     raw_reply: str | None = None
@@ -88,6 +93,8 @@ class GroupJudgement(_Strict):
                                       "one score).")
     disagreement: float | None = Field(None, description="Mean over trajectories of the std of their scores "
                                                           "across passes; None with one pass.")
+    truncated: list[str] = Field(default_factory=list, description="Input ids (1-based) of the trajectories "
+                                                                    "whose middle was cut to bound the prompt.")
     cache_hit: bool = Field(False, description="Every call came from the cache: nothing was sent.")
     latency_s: float = 0.0
 

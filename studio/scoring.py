@@ -12,7 +12,7 @@ Score carries the combined reward beside the judge score, explanation and per-cr
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -20,7 +20,7 @@ import judging
 from judging import ConcurrencyLimit, Criterion, GroupJudgement, JudgeError
 from judging.prompt import canonical
 from studio.key_policy import POLICY_ENV, key_policy_refusal, parse_key_policy
-from training.types import Score, TrajectoryGroup
+from training.types import JudgeReport, Score, TrajectoryGroup
 
 
 class JudgeScorerOptions(BaseModel):
@@ -40,6 +40,8 @@ class JudgeScorerOptions(BaseModel):
     concurrency: int = Field(4, ge=1, description="Judge requests in flight at once, across all groups.")
     max_attempts: int = Field(2, ge=1, le=5)
     timeout_s: float = Field(120.0, gt=0)
+    max_prompt_chars: int = Field(200_000, ge=2_000, description="Bound on the judge prompt; longer "
+                                  "trajectories lose their middle (marked, and listed in the group's report).")
     combine: Literal["judge", "env", "weighted"] = Field(
         "judge", description="reward = judge score | env reward | judge_weight*judge + env_weight*env.")
     judge_weight: float = Field(0.5, ge=0.0)
@@ -52,44 +54,69 @@ class JudgeScorerOptions(BaseModel):
         return self
 
 
+def judge_litellm_params(options: JudgeScorerOptions, *, api_key: str | None = None) -> dict[str, Any]:
+    """The litellm parameters of a judge request: the one place they are built, for training and the
+    playground alike. Every set value is sent, 0 included (a temperature of 0.0 is a choice, not "unset").
+    `api_key` is a key given directly (the playground's stored key); otherwise `api_key_env` names it."""
+    params: dict[str, Any] = {"timeout": options.timeout_s}
+    if options.api_base:
+        params["api_base"] = options.api_base
+    if api_key:
+        params["api_key"] = api_key
+    elif options.api_key_env:
+        policy = os.environ.get(POLICY_ENV)  # set by the web app's worker; absent when run on its own
+        refusal = policy is not None and key_policy_refusal(parse_key_policy(policy), api_key_env=options.api_key_env,
+                                                            api_base=options.api_base)
+        if refusal:
+            raise JudgeError(f"judge.api_key_env: {refusal}")
+        key = os.environ.get(options.api_key_env)
+        if not key:
+            raise JudgeError(f"judge.api_key_env names {options.api_key_env!r}, but that environment variable "
+                             "is not set")
+        params["api_key"] = key
+    elif options.api_base and os.environ.get(POLICY_ENV) is not None:
+        # Without a named key litellm would send the provider's usual variable (OPENAI_API_KEY, …) to this
+        # endpoint, past the policy: an endpoint with no key named gets no key.
+        params["api_key"] = "none"
+    if options.temperature is not None:
+        params["temperature"] = options.temperature
+    return params
+
+
+def judge_report(judgement: GroupJudgement | None, *, judge_model: str, calls: list[Any] | None = None,
+                 identical: bool = False) -> JudgeReport:
+    """The engine's record of what judging a group cost; only requests really sent count towards tokens and
+    cost, cache hits are counted apart."""
+    calls = list(judgement.calls if judgement is not None else calls or [])
+    fresh = [c for c in calls if not c.cache_hit]
+    costs = [c.cost_usd for c in fresh]
+    return JudgeReport(
+        judge_model=judge_model, calls=[{**c.model_dump(mode="json"), "judge_model": judge_model} for c in calls],
+        requests=len(fresh), cache_hits=len(calls) - len(fresh),
+        prompt_tokens=sum(c.prompt_tokens or 0 for c in fresh),
+        completion_tokens=sum(c.completion_tokens or 0 for c in fresh),
+        cost_usd=None if any(c is None for c in costs) else float(sum(costs)),  # type: ignore[arg-type]
+        identical=identical, truncated=[int(t) - 1 for t in judgement.truncated] if judgement is not None else [],
+        passes=judgement.passes if judgement is not None else 1,
+        disagreement=judgement.disagreement if judgement is not None else None)
+
+
 class JudgeScorer:
     """Scores one TrajectoryGroup with the judge; see the module docstring.
 
-    Set `on_judgement(group, judgement)` to receive each group's full record (calls, tokens, cost, raw
-    replies), e.g. to store JudgeCall rows; it runs before the scores are returned.
+    Each group gets its JudgeReport (calls, tokens, cost, cache hits) in `group.judge_report`, also when the
+    judge failed (the failed attempts were paid for); the loop emits it as a JudgeUsage event. A group whose
+    trajectories are all identical is not sent: it has nothing to rank and trains nothing.
     """
 
-    def __init__(self, options: JudgeScorerOptions) -> None:
+    def __init__(self, options: JudgeScorerOptions, *, api_key: str | None = None) -> None:
         self.options = options
         self.limiter = ConcurrencyLimit(options.concurrency)
-        self.on_judgement: Callable[[TrajectoryGroup, GroupJudgement], None] | None = None
-        # Called with a group the judge could not score: its JudgeError.calls are what the attempts cost.
-        self.on_failure: Callable[[TrajectoryGroup, JudgeError], None] | None = None
+        self._api_key = api_key
         self._litellm_params()  # a missing key env var fails now, not after the first rollouts
 
     def _litellm_params(self) -> dict[str, Any]:
-        o = self.options
-        params: dict[str, Any] = {"timeout": o.timeout_s}
-        if o.api_base:
-            params["api_base"] = o.api_base
-        if o.api_key_env:
-            policy = os.environ.get(POLICY_ENV)  # set by the web app's worker; absent when run on its own
-            refusal = policy is not None and key_policy_refusal(parse_key_policy(policy), api_key_env=o.api_key_env,
-                                                                api_base=o.api_base)
-            if refusal:
-                raise JudgeError(f"judge.api_key_env: {refusal}")
-            key = os.environ.get(o.api_key_env)
-            if not key:
-                raise JudgeError(f"judge.api_key_env names {o.api_key_env!r}, but that environment variable "
-                                 "is not set")
-            params["api_key"] = key
-        elif o.api_base and os.environ.get(POLICY_ENV) is not None:
-            # Without a named key litellm would send the provider's usual variable (OPENAI_API_KEY, …) to this
-            # endpoint, past the policy: an endpoint with no key named gets no key.
-            params["api_key"] = "none"
-        if o.temperature is not None:
-            params["temperature"] = o.temperature
-        return params
+        return judge_litellm_params(self.options, api_key=self._api_key)
 
     def _combine(self, judge_score: float, env: float | None, where: str) -> float:
         o = self.options
@@ -102,25 +129,34 @@ class JudgeScorer:
             return env
         return (o.judge_weight * judge_score + o.env_weight * env) / (o.judge_weight + o.env_weight)
 
+    def request(self, group: TrajectoryGroup) -> tuple[list[list[Any]], dict[str, Any]]:
+        """The one judge request builder (training and the playground): the message lists and every keyword
+        argument of `judging.score_group`."""
+        o = self.options
+        # Tools are shown once per group; should attempts carry different sets, the judge sees every tool
+        # any of them had rather than one attempt's set passed off as everyone's.
+        tools_by_key = {canonical(tool): tool for t in group.trajectories for tool in (t.tools or [])}
+        return [t.messages for t in group.trajectories], {
+            "judge_model": o.judge_model, "rubric": o.rubric, "extra_litellm_params": self._litellm_params(),
+            "tools": list(tools_by_key.values()) or None, "limiter": self.limiter, "criteria": o.criteria,
+            "passes": o.passes, "shuffle": o.shuffle, "cache": o.cache, "cache_dir": o.cache_dir,
+            "max_attempts": o.max_attempts, "max_prompt_chars": o.max_prompt_chars,
+            "reference": group.scenario.reference}
+
     async def __call__(self, group: TrajectoryGroup) -> list[Score]:
         o = self.options
         trajectories = group.trajectories
-        # Tools are shown once per group; should attempts carry different sets, the judge sees every tool
-        # any of them had rather than one attempt's set passed off as everyone's.
-        tools_by_key = {canonical(tool): tool for t in trajectories for tool in (t.tools or [])}
-        tools = list(tools_by_key.values()) or None
+        if len(trajectories) > 1 and len({canonical(t.messages) for t in trajectories}) == 1:
+            group.judge_report = judge_report(None, judge_model=o.judge_model, identical=True)
+            return [Score(reward=None, explanation="identical to every other attempt of the group: not judged")
+                    for _ in trajectories]
+        message_lists, kwargs = self.request(group)
         try:
-            judgement = await judging.score_group(
-                [t.messages for t in trajectories], o.judge_model, rubric=o.rubric,
-                extra_litellm_params=self._litellm_params(), tools=tools, limiter=self.limiter,
-                criteria=o.criteria, passes=o.passes, shuffle=o.shuffle, cache=o.cache, cache_dir=o.cache_dir,
-                max_attempts=o.max_attempts, reference=group.scenario.reference)
+            judgement = await judging.score_group(message_lists, **kwargs)
         except JudgeError as err:
-            if self.on_failure is not None:
-                self.on_failure(group, err)
+            group.judge_report = judge_report(None, judge_model=o.judge_model, calls=err.calls)
             raise
-        if self.on_judgement is not None:
-            self.on_judgement(group, judgement)
+        group.judge_report = judge_report(judgement, judge_model=o.judge_model)
         return [
             Score(reward=self._combine(s.score, t.env_reward, f"trajectory {i + 1} of {group.scenario.id!r}"),
                   judge_score=s.score, explanation=s.explanation, criteria=dict(s.criteria))
@@ -128,11 +164,11 @@ class JudgeScorer:
         ]
 
 
-def judge_scorer_from_config(options: dict[str, Any]) -> JudgeScorer:
+def judge_scorer_from_config(options: dict[str, Any], *, api_key: str | None = None) -> JudgeScorer:
     """Entry point `rubric_studio.scorers: judge`: validate the run config's judge section, build a scorer."""
     try:
         parsed = JudgeScorerOptions.model_validate(options)
     except ValidationError as err:
         problems = "; ".join(f"judge.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors())
         raise JudgeError(f"invalid judge config: {problems}") from None
-    return JudgeScorer(parsed)
+    return JudgeScorer(parsed, api_key=api_key)

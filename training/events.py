@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, ClassVar, Literal
 
+from training.types import JudgeReport
+
 
 @dataclass
 class Event:
@@ -51,6 +53,20 @@ class GroupScored(Event):
     skipped: bool
     errors: list[str] = field(default_factory=list)
     scoring_error: str | None = None
+
+
+@dataclass
+class JudgeUsage(Event):
+    """What judging one group cost (emitted right after its GroupScored, also when the judge failed): the
+    JudgeReport's fields beside the step and group index. Cache hits are listed but cost nothing."""
+
+    kind: ClassVar[str] = "judge_usage"
+    step: int
+    group_index: int
+    report: JudgeReport
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "step": self.step, "group_index": self.group_index, **asdict(self.report)}
 
 
 @dataclass

@@ -22,8 +22,8 @@ from training.config import RunConfig
 from training.control import Control, StaticControl
 from training.environments import RolloutConfig, get_environment, parse_options
 from training.errors import TrainingError
-from training.events import (CheckpointSaved, EventSink, GroupRolledOut, GroupScored, ReviewApplied, ReviewRequested,
-                             RunFailed,
+from training.events import (CheckpointSaved, EventSink, GroupRolledOut, GroupScored, JudgeUsage, ReviewApplied,
+                             ReviewRequested, RunFailed,
                              RunFinished, RunStarted, StepFinished, TrainStep, null_sink)
 from training.grpo import group_advantages
 from training.types import ReviewHook, Scenario, Scorer, Trajectory, TrajectoryGroup, env_reward_scorer
@@ -198,6 +198,8 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
                 scoring_time += await score_group(group, scorer, config.grpo.scale_rewards)
                 groups[index] = group
                 sink(group_event(step, index, group))
+                if group.judge_report is not None:
+                    sink(JudgeUsage(step=step, group_index=index, report=group.judge_report))
 
             chosen = scenarios_for_step(scenarios, step, config.grpo.groups_per_step, config.seed)
             await asyncio.gather(*(rollout_and_score(i, s) for i, s in enumerate(chosen)))

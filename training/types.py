@@ -47,6 +47,26 @@ class Trajectory:
 
 
 @dataclass
+class JudgeReport:
+    """What judging one group cost, set on the group by a judge scorer and emitted by the loop as a JudgeUsage
+    event. `calls` are the per-request records (JSON): prompt_hash, tokens, cost_usd, latency_s, cache_hit,
+    raw_reply, rejected. Only requests really sent count in `requests`, tokens and `cost_usd`; cache hits are
+    counted apart in `cache_hits`."""
+
+    judge_model: str
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    requests: int = 0
+    cache_hits: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float | None = 0.0  # None when a sent request's price is unknown (never read as free)
+    identical: bool = False  # every trajectory was the same: nothing to rank, the judge was not asked
+    truncated: list[int] = field(default_factory=list)  # 0-based trajectories whose middle was cut for size
+    passes: int = 1
+    disagreement: float | None = None
+
+
+@dataclass
 class TrajectoryGroup:
     """N trajectories of the same scenario: the unit the judge ranks and GRPO normalises over."""
 
@@ -55,13 +75,15 @@ class TrajectoryGroup:
     errors: list[str] = field(default_factory=list)  # rollouts that raised: recorded, never lost
     skipped: bool = False  # zero reward variance: no gradient, reported
     scoring_error: str | None = None
+    judge_report: JudgeReport | None = None  # set by a judge scorer; the loop emits it as a JudgeUsage event
 
 
 @dataclass
 class Score:
-    """What a scorer returns for one trajectory; `reward` is what training uses."""
+    """What a scorer returns for one trajectory; `reward` is what training uses (None: not scored, e.g. a group
+    of identical trajectories the judge was not asked about; such a group trains nothing)."""
 
-    reward: float
+    reward: float | None
     judge_score: float | None = None
     explanation: str = ""
     criteria: dict[str, float] = field(default_factory=dict)

@@ -133,9 +133,11 @@ def run_chart_data(*, run: Run) -> dict[str, Any]:
 
 
 def run_judge_cost(*, run: Run) -> dict[str, Any]:
-    costs = list(run.judge_calls.values_list("cost_usd", flat=True))
+    """Calls really sent and what they cost; cache hits (not sent, not paid) are counted apart."""
+    costs = list(run.judge_calls.filter(cached=False).values_list("cost_usd", flat=True))
     known = [c for c in costs if c is not None]
-    return {"calls": len(costs), "cost_usd": sum(known) if known else None, "unpriced": len(costs) - len(known)}
+    return {"calls": len(costs), "cost_usd": sum(known) if known else None, "unpriced": len(costs) - len(known),
+            "cache_hits": run.judge_calls.filter(cached=True).count()}
 
 
 def catalogue_for_project(*, project: Project) -> dict[str, QuerySet]:

@@ -137,3 +137,26 @@ async def test_openai_style_message_objects_are_accepted(rule_double: JudgeDoubl
     group = [[Msg(role="user", content="hi"), Msg(role="assistant", content=f"quality {q}")] for q in (0.2, 0.7)]
     scores = await judging.ruler(group, **judge_kwargs(rule_double))
     assert [s.score for s in scores] == [0.2, 0.7]
+
+
+async def test_integer_ids_from_a_judge_without_structured_output_are_accepted_at_once(
+        judge_double: JudgeDouble) -> None:
+    judge_double.queue({"scores": [{"trajectory_id": 2, "explanation": "b", "score": 0.7},
+                                   {"trajectory_id": 1, "explanation": "a", "score": 0.2}]})
+
+    judgement = await judging.score_group([trajectory(0.2), trajectory(0.7)],
+                                          **judge_kwargs(judge_double, shuffle=False))
+
+    assert len(judge_double.requests) == 1  # no corrective retry spent on the id's type
+    assert [(s.trajectory_id, s.score, s.explanation) for s in judgement.scores] == [("1", 0.2, "a"), ("2", 0.7, "b")]
+
+
+async def test_a_boolean_id_is_still_rejected(judge_double: JudgeDouble) -> None:
+    judge_double.queue({"scores": [{"trajectory_id": True, "explanation": "a", "score": 0.2},
+                                   {"trajectory_id": 2, "explanation": "b", "score": 0.7}]},
+                       JudgeDouble.scores_reply({"1": 0.2, "2": 0.7}))
+
+    judgement = await judging.score_group([trajectory(0.2), trajectory(0.7)],
+                                          **judge_kwargs(judge_double, shuffle=False))
+
+    assert len(judge_double.requests) == 2 and judgement.calls[0].rejected

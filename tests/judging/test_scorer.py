@@ -39,29 +39,61 @@ async def test_the_scorer_returns_judge_scores_in_group_order(rule_double: Judge
     assert rule_double.requests[0].headers.get("authorization") == "Bearer test"
 
 
-async def test_each_groups_full_judgement_reaches_the_hook(rule_double: JudgeDouble) -> None:
+async def test_each_group_carries_its_judge_report(rule_double: JudgeDouble) -> None:
     scorer = judge_scorer_from_config(_config(rule_double, passes=2))
-    seen = []
-    scorer.on_judgement = lambda group, judgement: seen.append((group.scenario.id, judgement))
+    group = _group([0.2, 0.8], [None, None])
+
+    await scorer(group)
+
+    report = group.judge_report
+    assert report is not None and report.judge_model == rule_double.model and report.passes == 2
+    assert len(report.calls) == 2 == report.requests and report.cache_hits == 0
+    assert report.cost_usd is None and report.prompt_tokens == 240 and report.completion_tokens == 60
+
+
+async def test_a_cache_hit_is_reported_apart_and_costs_nothing(rule_double: JudgeDouble) -> None:
+    scorer = judge_scorer_from_config(_config(rule_double))
+    first, again = _group([0.2, 0.8], [None, None]), _group([0.2, 0.8], [None, None])
+
+    await scorer(first)
+    await scorer(again)
+
+    assert len(rule_double.requests) == 1
+    assert (first.judge_report.requests, first.judge_report.cache_hits) == (1, 0)
+    report = again.judge_report
+    assert (report.requests, report.cache_hits, report.prompt_tokens) == (0, 1, 0)
+    assert report.cost_usd == 0.0 and report.calls[0]["cache_hit"] and report.calls[0]["cost_usd"] == 0.0
+
+
+async def test_a_group_of_identical_trajectories_is_not_sent_and_trains_nothing(rule_double: JudgeDouble) -> None:
+    scorer = judge_scorer_from_config(_config(rule_double))
+    group = _group([0.5, 0.5, 0.5], [None, None, None])
+
+    scores = await scorer(group)
+
+    assert rule_double.requests == []
+    assert all(s.reward is None and s.judge_score is None for s in scores)
+    assert group.judge_report.identical and group.judge_report.requests == 0 and group.judge_report.calls == []
+
+
+async def test_temperature_zero_is_sent(rule_double: JudgeDouble) -> None:
+    scorer = judge_scorer_from_config(_config(rule_double, temperature=0.0))
 
     await scorer(_group([0.2, 0.8], [None, None]))
 
-    ((scenario_id, judgement),) = seen
-    assert scenario_id == "refund"
-    assert len(judgement.calls) == 2 and judgement.cost_usd is None and judgement.prompt_tokens == 240
+    assert rule_double.requests[0].body["temperature"] == 0.0
 
 
 async def test_a_group_the_judge_cannot_score_still_reports_what_its_attempts_cost(judge_double: JudgeDouble) -> None:
     scorer = judge_scorer_from_config(_config(judge_double, cache=False))
-    failed = []
-    scorer.on_failure = lambda group, err: failed.append((group.scenario.id, err))
+    group = _group([0.2, 0.8], [None, None])
     judge_double.queue(JudgeDouble.scores_reply({"1": 7.0, "2": 0.5}), JudgeDouble.scores_reply({"1": 15.0, "2": 0.5}))
 
     with pytest.raises(JudgeError, match="score 15.0 is outside 0..1"):
-        await scorer(_group([0.2, 0.8], [None, None]))
+        await scorer(group)
 
-    ((scenario_id, err),) = failed
-    assert scenario_id == "refund" and len(err.calls) == 2 == len(judge_double.requests)
+    assert group.judge_report.requests == 2 == len(group.judge_report.calls) == len(judge_double.requests)
+    assert group.judge_report.prompt_tokens == 240
 
 
 async def test_the_groups_tools_are_shown_once(rule_double: JudgeDouble) -> None:

@@ -17,10 +17,10 @@ from training.demo import demo_config
 from training.environments import register
 from training.environments.game_2048 import Game2048Environment
 from training.errors import TrainingError
-from training.events import GroupRolledOut, GroupScored, RunFailed, StepFinished, TrainStep
+from training.events import GroupRolledOut, GroupScored, JudgeUsage, RunFailed, StepFinished, TrainStep
 from training.grpo import group_advantages
 from training.loop import run
-from training.types import Score
+from training.types import JudgeReport, Score
 
 from tests.training.configs import small_config
 
@@ -124,6 +124,39 @@ def test_a_scorer_error_is_shown_on_the_group_and_the_group_is_skipped(tiny_mode
     assert [e.scoring_error for e in events.of(GroupScored)] == ["RuntimeError: judge unreachable"] * 2
     assert all(e.skipped for e in events.of(GroupScored))
     assert events.of(StepFinished)[0].metrics["reward_mean"] is None  # reported, as null: nothing was scored
+
+
+def accounted_judge():
+    """A judge scorer's contract: its accounting goes on the group, also when it then fails (here: the
+    second group it scores)."""
+    seen = []
+
+    async def score(group):
+        group.judge_report = JudgeReport(judge_model="j", calls=[{"prompt_tokens": 10, "cache_hit": False}],
+                                         requests=1, prompt_tokens=10, cost_usd=0.01)
+        seen.append(group)
+        if len(seen) == 2:
+            raise RuntimeError("judge unreachable")
+        return [Score(reward=None) for _ in group.trajectories]  # e.g. identical trajectories, not judged
+
+    return score
+
+
+def test_a_judge_scorers_accounting_is_emitted_as_a_typed_event_after_each_group(tiny_model_dir, tmp_path):
+    events = Recorder()
+    run(small_config(tiny_model_dir, tmp_path, steps=1, max_scoring_failures=1.0), scorer=accounted_judge(),
+        sink=events)
+
+    kinds = [type(e).__name__ for e in events if isinstance(e, (GroupScored, JudgeUsage))]
+    assert kinds == ["GroupScored", "JudgeUsage"] * 2  # each group's usage follows it, failed groups included
+    usage = events.of(JudgeUsage)
+    assert sorted(u.group_index for u in usage) == [0, 1] and all(u.step == 1 for u in usage)
+    assert usage[0].to_dict() | {"group_index": 0} == {
+        "kind": "judge_usage", "step": 1, "group_index": 0, "judge_model": "j",
+        "calls": [{"prompt_tokens": 10, "cache_hit": False}], "requests": 1, "cache_hits": 0, "prompt_tokens": 10,
+        "completion_tokens": 0, "cost_usd": 0.01, "identical": False, "truncated": [], "passes": 1,
+        "disagreement": None}
+    assert all(e.skipped for e in events.of(GroupScored))  # unscored rewards train nothing
 
 
 def test_a_judge_that_fails_on_most_groups_fails_the_run_instead_of_training_nothing(tiny_model_dir, tmp_path):

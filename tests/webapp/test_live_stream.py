@@ -5,7 +5,9 @@ import pytest
 from channels.testing import WebsocketCommunicator
 from asgiref.sync import sync_to_async
 
-from training.events import CheckpointSaved, GroupScored, ReviewRequested, RunFinished, RunStarted, StepFinished
+from training.events import (CheckpointSaved, GroupScored, JudgeUsage, ReviewRequested, RunFinished, RunStarted,
+                             StepFinished)
+from training.types import JudgeReport
 from webapp.asgi import application
 from webapp.live.ingest import run_event_ingest
 from webapp.models import Checkpoint, RunEvent, RunStatus, Step, Trajectory, TrajectoryGroup
@@ -21,6 +23,12 @@ def _group(step: int, index: int, rewards: list[float], explanation: str = "fine
                     for i, r in enumerate(rewards)]
     return GroupScored(step=step, group_index=index, scenario_id="s1", trajectories=trajectories,
                        reward_mean=sum(rewards) / len(rewards), reward_std=0.2, skipped=False)
+
+
+def _usage(step: int, *calls: dict) -> JudgeUsage:
+    hits = sum(bool(c.get("cache_hit")) for c in calls)
+    return JudgeUsage(step=step, group_index=0, report=JudgeReport(judge_model="openai/judge", calls=list(calls),
+                                                                   requests=len(calls) - hits, cache_hits=hits))
 
 
 def _ingest(run, event) -> RunEvent:
@@ -174,12 +182,42 @@ def test_a_run_pauses_once_its_judge_calls_have_cost_its_judges_budget():
                       judge_config=judge_factory(project=project, budget_usd=Decimal("0.05")))
 
     def scored(step: int, cost: float | None) -> bool:
-        event = _group(step, 0, [0.2, 0.9])
-        event.trajectories[0]["metadata"] = {"judge_calls": [{"prompt_tokens": 90, "cost_usd": cost}]}
-        _ingest(run, event)
+        _ingest(run, _group(step, 0, [0.2, 0.9]))
+        _ingest(run, _usage(step, {"prompt_tokens": 90, "cost_usd": cost}))
         return run_judge_budget_check(run_id=run.id)
 
     assert scored(1, 0.03) is False and scored(2, None) is False  # an unpriced call costs nothing known
     assert scored(3, 0.03) is True
     run.refresh_from_db()
     assert run.status == RunStatus.PAUSED and "the judge budget of $0.05 is spent ($0.06)" in run.phase
+
+
+def test_cache_hits_are_recorded_apart_and_billed_nowhere():
+    from decimal import Decimal
+
+    from tests.webapp.factories import judge_factory, project_factory
+    from webapp.selectors import run_judge_cost
+    from webapp.services.runs import run_judge_budget_check
+
+    project = project_factory()
+    run = run_factory(project=project, status=RunStatus.RUNNING,
+                      judge_config=judge_factory(project=project, budget_usd=Decimal("0.05")))
+    _ingest(run, _group(1, 0, [0.2, 0.9]))
+    _ingest(run, _usage(1, {"prompt_tokens": 90, "cost_usd": 0.03}))
+    # step 2 re-judges the same request from the cache: the record keeps the first call's price
+    _ingest(run, _group(2, 0, [0.2, 0.9]))
+    _ingest(run, _usage(2, {"prompt_tokens": 90, "cost_usd": 0.03, "cache_hit": True}))
+    _ingest(run, StepFinished(step=2, metrics={}))
+
+    assert run_judge_budget_check(run_id=run.id) is False  # $0.03 really spent, not $0.06
+    assert run_judge_cost(run=run) == {"calls": 1, "cost_usd": 0.03, "unpriced": 0, "cache_hits": 1}
+    assert Step.objects.get(run=run, index=2).judge_cost_usd == 0.0
+    from rest_framework.test import APIClient
+
+    api = APIClient()
+    api.force_authenticate(project.owner)
+    assert api.get(f"/api/runs/{run.id}/").json()["judge_cost"] == run_judge_cost(run=run)
+    assert list(run.judge_calls.order_by("id").values_list("cached", flat=True)) == [False, True]
+    first = Trajectory.objects.get(group__run=run, group__step_index=2, index=0)
+    assert first.metadata["judge"] | {"passes": 1} == {"passes": 1, "disagreement": None, "identical": False,
+                                                       "truncated": [], "requests": 0, "cache_hits": 1}

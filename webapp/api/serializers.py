@@ -1,6 +1,8 @@
 """API shapes. Serializers validate input types only; every write is done by a service in the views."""
 from __future__ import annotations
 
+from typing import Any
+
 from rest_framework import serializers
 
 from webapp.models import (
@@ -8,6 +10,7 @@ from webapp.models import (
     TrajectoryGroup,
 )
 from webapp.models.catalogue import MESSAGE_MAX, PROMPT_MAX
+from webapp.selectors import run_judge_cost
 
 
 class ProjectSerializer(serializers.ModelSerializer):
@@ -105,6 +108,19 @@ class RunSerializer(serializers.ModelSerializer):
                   "review_gate", "reviewed_through_step", "parent_run", "parent_checkpoint", "status", "phase", "error", "cancel_requested", "total_steps", "steps_done", "uses_judge",
                   "worker", "heartbeat_at", "attempts", "created_at", "started_at", "finished_at"]
         read_only_fields = fields
+
+
+class RunDetailSerializer(RunSerializer):
+    """One run, with what its judge cost: calls really sent and their price, cache hits (free) apart."""
+
+    judge_cost = serializers.SerializerMethodField()
+
+    class Meta(RunSerializer.Meta):
+        fields = RunSerializer.Meta.fields + ["judge_cost"]
+        read_only_fields = fields
+
+    def get_judge_cost(self, run: Run) -> dict[str, Any]:
+        return run_judge_cost(run=run)
 
 
 class RunCreateSerializer(serializers.Serializer):

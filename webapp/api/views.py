@@ -134,6 +134,10 @@ class RunViewSet(RunReviewActions, mixins.ListModelMixin, mixins.RetrieveModelMi
     serializer_class = s.RunSerializer
     queryset = Run.objects.order_by("-id")
 
+    def get_serializer_class(self):
+        # the judge cost is a query per run: on the one run asked for, not on every run of a list
+        return s.RunDetailSerializer if self.action == "retrieve" else s.RunSerializer
+
     def get_queryset(self):
         qs = super().get_queryset()
         project = self.request.query_params.get("project")

@@ -98,29 +98,6 @@ def _follow_control(control: StaticControl, mailbox: ReviewMailbox) -> None:
     timer.start()
 
 
-def _with_call_records(scorer: Any) -> Any:
-    """Attaches the judge's per-call accounting (tokens, cost, latency, raw reply) to the group's first
-    trajectory, so that it reaches the web app through the group_scored event and becomes JudgeCall rows."""
-
-    def calls_of(group: Any, calls: list[Any], judge_model: str) -> None:
-        if group.trajectories:
-            group.trajectories[0].metadata["judge_calls"] = [
-                {**c.model_dump(mode="json"), "judge_model": judge_model} for c in calls]
-
-    def record(group: Any, judgement: Any) -> None:
-        calls_of(group, judgement.calls, judgement.judge_model)
-        if group.trajectories:
-            group.trajectories[0].metadata["judge"] = {
-                "passes": judgement.passes, "identical": judgement.identical, "disagreement": judgement.disagreement}
-
-    def record_failure(group: Any, err: Any) -> None:  # failed attempts were paid for too
-        calls_of(group, err.calls, scorer.options.judge_model)
-
-    scorer.on_judgement = record
-    scorer.on_failure = record_failure
-    return scorer
-
-
 def _load(path: str):
     module, _, attr = path.partition(":")
     return getattr(importlib.import_module(module), attr or "train")
@@ -140,7 +117,7 @@ def main() -> int:
         if config.judge:
             from studio.scoring import judge_scorer_from_config
 
-            scorer = _with_call_records(judge_scorer_from_config(config.judge))
+            scorer = judge_scorer_from_config(config.judge)  # its accounting: JudgeUsage events
         engine = _load(spec.get("engine") or "training.loop:train")
         extra = {}
         if "review" in inspect.signature(engine).parameters:

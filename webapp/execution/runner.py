@@ -149,7 +149,7 @@ def _pump(proc: subprocess.Popen, read_fd: int, *, run_id: int, worker: str) -> 
                     kind, step = _ingest_line(run_id, line)
                     if kind == "review_requested":
                         review_step = step
-                    elif kind == "group_scored":
+                    elif kind == "judge_usage":
                         run_judge_budget_check(run_id=run_id)  # pauses the run once its judge budget is spent
         if review_step is not None and _review_released(run_id):
             # Events arrive in order, so every group of the step is a row by now: its overrides are all there.

@@ -137,7 +137,6 @@ def _on_group_scored(run: Run, e: dict[str, Any]) -> dict[str, Any]:
         for i, r in enumerate(records)
     ]
     Trajectory.objects.bulk_create(rows)
-    _record_judge_calls(run, group, records, judge_model)
     _set_phase(run, f"step {step}: group {index + 1} scored")
     saved = {t.index: t.pk for t in group.trajectories.only("id", "index")}
     return {
@@ -153,23 +152,35 @@ def _on_group_scored(run: Run, e: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _record_judge_calls(run: Run, group: TrajectoryGroup, records: list[dict[str, Any]], judge_model: str) -> None:
-    """The judge scorer attaches its per-call accounting to the group's trajectories' metadata (once per group)."""
-    calls: list[dict[str, Any]] = []
-    for r in records:
-        meta = r.get("metadata") or {}
-        found = meta.get("judge_calls") or (meta.get("judge") or {}).get("calls") or []
-        if found:
-            calls = list(found)
-            break
+def _on_judge_usage(run: Run, e: dict[str, Any]) -> dict[str, Any]:
+    """The engine's JudgeUsage event: one JudgeCall row per request, cache hits marked `cached` (they cost
+    nothing and are counted apart on the pages and in the run budget)."""
+    step, index = int(e["step"]), int(e["group_index"])
+    group = TrajectoryGroup.objects.filter(run=run, step_index=step, index=index).first()
+    judge_model = str(e.get("judge_model") or (run.config.get("judge") or {}).get("judge_model", ""))
+    record = {"passes": int(e.get("passes") or 1), "disagreement": _num(e.get("disagreement")),
+              "identical": bool(e.get("identical")), "truncated": [int(i) for i in e.get("truncated") or []],
+              "requests": int(e.get("requests") or 0), "cache_hits": int(e.get("cache_hits") or 0)}
+    if group is not None:
+        JudgeCall.objects.filter(group=group).delete()  # a resumed step's group was re-judged
+        # The group's judge record (the review queue reads `disagreement`; pages show identical / truncated)
+        # lives on its first trajectory's metadata, as it always has.
+        first = group.trajectories.order_by("index").first()
+        if first is not None:
+            first.metadata = {**(first.metadata or {}), "judge": record}
+            first.save(update_fields=["metadata"])
+    calls = [c for c in e.get("calls") or [] if isinstance(c, dict)]
     JudgeCall.objects.bulk_create(
         JudgeCall(run=run, group=group, judge_model=str(c.get("judge_model") or judge_model),
                   prompt_hash=str(c.get("prompt_hash") or "")[:128], prompt_tokens=int(c.get("prompt_tokens") or 0),
-                  completion_tokens=int(c.get("completion_tokens") or 0), cost_usd=_num(c.get("cost_usd")),
+                  completion_tokens=int(c.get("completion_tokens") or 0),
+                  cost_usd=0.0 if c.get("cache_hit") else _num(c.get("cost_usd")),
                   latency_s=_num(c.get("latency_s")), cached=bool(c.get("cache_hit")),
                   raw_reply=str(c.get("raw_reply") or "")[:100_000])
-        for c in calls if isinstance(c, dict)
-    )
+        for c in calls)
+    return {"step": step, "group_index": index, "group_id": group.pk if group else None, **record,
+            "prompt_tokens": int(e.get("prompt_tokens") or 0),
+            "completion_tokens": int(e.get("completion_tokens") or 0), "cost_usd": _num(e.get("cost_usd"))}
 
 
 def _on_review_requested(run: Run, e: dict[str, Any]) -> dict[str, Any]:
@@ -234,8 +245,9 @@ def _criteria_means(run: Run, step: int) -> dict[str, float]:
 def _on_step_finished(run: Run, e: dict[str, Any]) -> dict[str, Any]:
     step = int(e["step"])
     metrics = _clean(e.get("metrics") or {})
-    costs = list(JudgeCall.objects.filter(run=run, group__step_index=step).values_list("cost_usd", flat=True))
-    cost = None if not costs or any(c is None for c in costs) else float(sum(costs))
+    calls = JudgeCall.objects.filter(run=run, group__step_index=step)
+    costs = list(calls.filter(cached=False).values_list("cost_usd", flat=True))  # cache hits cost nothing
+    cost = None if not calls.exists() or any(c is None for c in costs) else float(sum(costs))
     Step.objects.update_or_create(run=run, index=step, defaults={"metrics": metrics, "judge_cost_usd": cost})
     status = {} if run.status != RunStatus.AWAITING_REVIEW else {"status": RunStatus.RUNNING}
     _set_phase(run, f"step {step} finished", steps_done=max(run.steps_done, step), **status)
@@ -260,6 +272,7 @@ _HANDLERS: dict[str, Callable[[Run, dict[str, Any]], dict[str, Any]]] = {
     "run_started": _on_run_started,
     "group_rolled_out": _on_group_rolled_out,
     "group_scored": _on_group_scored,
+    "judge_usage": _on_judge_usage,
     "review_requested": _on_review_requested,
     "review_applied": _on_review_applied,
     "train_step": _on_train_step,

@@ -7,7 +7,6 @@ GPU time, and compare with the version the run used and with the human labels.
 from __future__ import annotations
 
 import asyncio
-import os
 from typing import Any
 
 from django.conf import settings
@@ -20,6 +19,7 @@ from webapp.execution.dispatch import PLAYGROUND_RESCORE, work_enqueue
 from webapp.models import JudgeConfig, Project, Rescore, Role, RubricVersion, Trajectory, TrajectoryGroup
 from webapp.services.access import require_role
 from webapp.services.catalogue import _clean_criteria, rubric_version_create
+from webapp.services.run_config import judge_options
 from webapp.services.secrets import secret_decrypt
 
 MAX_GROUPS = 50
@@ -64,27 +64,56 @@ def playground_create(*, user, project: Project, group_ids: list[int], rubric_te
     return rescore
 
 
-def _litellm_params(judge: JudgeConfig, temperature: float) -> dict[str, Any]:
-    params: dict[str, Any] = {"timeout": 120}
-    if judge.api_base:
-        params["api_base"] = judge.api_base
+def _scorer(rescore: Rescore) -> Any:
+    """The training scorer, configured as a run's would be (webapp.services.run_config.judge_options) with the
+    candidate's rubric, model, temperature and passes: one request builder and one set of litellm parameters
+    for both, so a rank change is the rubric's doing, not the request's."""
+    from studio.scoring import judge_scorer_from_config
+
+    judge = rescore.judge_config
+    api_key = None
     if judge.api_key_env:
         refusal = key_policy_refusal(settings.STUDIO_JUDGE_KEY_ENDPOINTS, api_key_env=judge.api_key_env,
                                      api_base=judge.api_base)
         if refusal:
             raise ValueError(refusal)
-        key = os.environ.get(judge.api_key_env)
-        if not key:
-            raise ValueError(f"the judge's API key variable {judge.api_key_env} is not set on this worker")
-        params["api_key"] = key
     elif judge.api_key_encrypted:
-        params["api_key"] = secret_decrypt(token=judge.api_key_encrypted)
+        api_key = secret_decrypt(token=judge.api_key_encrypted)
     elif judge.api_base:
-        # Otherwise litellm would send the provider's usual variable (OPENAI_API_KEY, …) here, past the policy.
-        params["api_key"] = "none"
-    if temperature:
-        params["temperature"] = temperature
-    return params
+        api_key = "none"  # else litellm would send the provider's usual variable (OPENAI_API_KEY, …) here
+    options = judge_options(judge=judge, rubric_text=rescore.rubric_text, criteria=rescore.criteria or None,
+                            api_key_env=judge.api_key_env or None, model=rescore.judge_model,
+                            temperature=rescore.temperature, passes=rescore.passes)
+    return judge_scorer_from_config(options, api_key=api_key)
+
+
+def _engine_group(group: TrajectoryGroup, trajectories: list[Trajectory]) -> Any:
+    """A stored group as the engine held it when it was judged: its messages, tools, and the reference answer
+    of the scenario in the run's own config (what training sent)."""
+    from training.types import Scenario as EngineScenario
+    from training.types import Trajectory as EngineTrajectory
+    from training.types import TrajectoryGroup as EngineGroup
+
+    spec = next((s for s in group.run.config.get("scenarios") or [] if s.get("id") == group.scenario_external_id),
+                None) or {}
+    scenario = EngineScenario(id=group.scenario_external_id, user_message=str(spec.get("user_message") or ""),
+                              context=spec.get("context"), reference=spec.get("reference"))
+    return EngineGroup(scenario=scenario, trajectories=[
+        EngineTrajectory(scenario_id=scenario.id, messages=list(t.messages or []), tools=t.tools or None,
+                         env_reward=t.env_reward) for t in trajectories])
+
+
+async def _score_all(scorer: Any, groups: list[Any]) -> list[Any]:
+    """Each group's scores, or the JudgeError that stopped it (its cost is still on the group's report)."""
+    from judging import JudgeError
+
+    async def one(group: Any) -> Any:
+        try:
+            return await scorer(group)
+        except JudgeError as err:
+            return err
+
+    return list(await asyncio.gather(*(one(g) for g in groups)))
 
 
 def _ranks(scores: list[float | None]) -> list[int | None]:
@@ -92,9 +121,9 @@ def _ranks(scores: list[float | None]) -> list[int | None]:
     return [None if s is None else 1 + sum(o is not None and o > s for o in scores) for s in scores]
 
 
-def _group_record(group: TrajectoryGroup, trajectories: list[Trajectory], judgement: Any) -> dict[str, Any]:
+def _group_record(group: TrajectoryGroup, trajectories: list[Trajectory], scores: Any) -> dict[str, Any]:
     current = [t.judge_score if t.judge_score is not None else t.reward for t in trajectories]
-    new = [s.score for s in judgement.scores] if judgement is not None else [None] * len(trajectories)
+    new = [s.judge_score for s in scores] if scores is not None else [None] * len(trajectories)
     old_rank, new_rank = _ranks(current), _ranks(new)
     rows = []
     for i, t in enumerate(trajectories):
@@ -102,8 +131,8 @@ def _group_record(group: TrajectoryGroup, trajectories: list[Trajectory], judgem
             "id": t.id, "index": t.index, "answer": t.final_answer[:ANSWER_PREVIEW], "human": t.override_score,
             "current": current[i], "new": new[i], "rank_current": old_rank[i], "rank_new": new_rank[i],
             "delta": None if new[i] is None or current[i] is None else new[i] - current[i],
-            "explanation": judgement.scores[i].explanation if judgement is not None else "",
-            "criteria": dict(judgement.scores[i].criteria) if judgement is not None else {},
+            "explanation": scores[i].explanation if scores is not None else "",
+            "criteria": dict(scores[i].criteria) if scores is not None else {},
         })
     return {"group_id": group.id, "run_id": group.run_id, "step": group.step_index, "group_index": group.index,
             "scenario": group.scenario_external_id, "trajectories": rows,
@@ -121,50 +150,42 @@ def _agreement(results: list[dict[str, Any]], a: str, b: str) -> dict[str, Any]:
 
 def playground_execute(*, rescore_id: int) -> str:
     """Runs on the `judge` queue (or the in-process judge pool). Returns the final status."""
-    import judging
-
     if not Rescore.objects.filter(pk=rescore_id, status=Rescore.Status.QUEUED).update(status=Rescore.Status.RUNNING):
         return "skipped"  # a redelivered message: someone else has it
     rescore = Rescore.objects.select_related("judge_config").get(pk=rescore_id)
     try:
-        groups = list(TrajectoryGroup.objects.filter(pk__in=rescore.group_ids).order_by("run_id", "step_index", "index"))
+        groups = list(TrajectoryGroup.objects.filter(pk__in=rescore.group_ids).select_related("run")
+                      .order_by("run_id", "step_index", "index"))
         members = {g.id: list(g.trajectories.filter(error="").order_by("index")) for g in groups}
         groups = [g for g in groups if len(members[g.id]) >= 2]
         if not groups:
             raise ValueError("none of the chosen groups has two scored trajectories to compare")
-        options: dict[str, Any] = {"passes": rescore.passes}
-        if rescore.criteria:
-            options["criteria"] = rescore.criteria
-        results = asyncio.run(judging.score_groups(
-            [[t.messages for t in members[g.id]] for g in groups], rescore.judge_model, rubric=rescore.rubric_text,
-            extra_litellm_params=_litellm_params(rescore.judge_config, rescore.temperature),
-            concurrency=rescore.judge_config.concurrency, return_exceptions=True, **options))
+        scorer = _scorer(rescore)
+        engine_groups = [_engine_group(g, members[g.id]) for g in groups]
+        results = asyncio.run(_score_all(scorer, engine_groups))
     except Exception as err:  # noqa: BLE001 - shown on the playground page, never dropped
         Rescore.objects.filter(pk=rescore_id).update(status=Rescore.Status.FAILED, error=f"{type(err).__name__}: {err}",
                                                      finished_at=timezone.now())
         return Rescore.Status.FAILED
-    records, calls, costs, fresh_tokens = [], 0, [], [0, 0]
+    records = []
     for group, result in zip(groups, results):
-        if isinstance(result, Exception):
-            record = _group_record(group, members[group.id], None)
-            record["error"] = str(result)
-            calls += len(getattr(result, "calls", []) or [])
-        else:
-            record = _group_record(group, members[group.id], result)
-            calls += len(result.calls)
-            costs.append(result.cost_usd)
-            fresh_tokens[0] += result.prompt_tokens or 0
-            fresh_tokens[1] += result.completion_tokens or 0
+        failed = isinstance(result, Exception)
+        record = _group_record(group, members[group.id], None if failed else result)
+        record["error"] = str(result) if failed else ""
         records.append(record)
-    judged = [r for r in results if not isinstance(r, Exception)]
+    # Only requests really sent count, in calls, tokens and cost; cache hits are counted apart.
+    reports = [g.judge_report for g in engine_groups if g.judge_report is not None]
+    costs = [r.cost_usd for r in reports]
     summary = {
         "new_vs_human": _agreement(records, "new", "human"),
         "current_vs_human": _agreement(records, "current", "human"),
         "new_vs_current": _agreement(records, "new", "current"),
-        "cost_usd": None if any(c is None for c in costs) else float(sum(costs)),
-        "calls": calls, "cache_hits": sum(c.cache_hit for r in judged for c in r.calls),
-        "groups_from_cache": sum(r.cache_hit for r in judged),
-        "prompt_tokens": fresh_tokens[0], "completion_tokens": fresh_tokens[1],
+        "cost_usd": None if any(c is None for c in costs) else float(sum(costs)),  # type: ignore[arg-type]
+        "calls": sum(r.requests for r in reports), "cache_hits": sum(r.cache_hits for r in reports),
+        "groups_from_cache": sum(r.requests == 0 and r.cache_hits > 0 for r in reports),
+        "identical_groups": sum(r.identical for r in reports),
+        "prompt_tokens": sum(r.prompt_tokens for r in reports),
+        "completion_tokens": sum(r.completion_tokens for r in reports),
         "failed_groups": sum(bool(r["error"]) for r in records),
         "rank_changes": sum(r["rank_changes"] for r in records),
     }

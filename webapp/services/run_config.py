@@ -23,23 +23,29 @@ def config_name(name: str) -> str:
     return slug[:60]
 
 
-def judge_options(*, judge: JudgeConfig, rubric_version: RubricVersion | None,
-                  api_key_env: str | None) -> dict[str, Any]:
-    """The `judge` section of the engine config (options of studio.scoring.judge_scorer_from_config).
+def judge_options(*, judge: JudgeConfig, rubric_text: str | None, criteria: list[dict[str, Any]] | None,
+                  api_key_env: str | None, model: str | None = None, temperature: float | None = None,
+                  passes: int | None = None) -> dict[str, Any]:
+    """The `judge` section of the engine config (options of studio.scoring.judge_scorer_from_config): the one
+    place a judge's settings become scorer options, for runs and the playground alike (its litellm parameters
+    are then built in one place too, studio.scoring.judge_litellm_params). `model`, `temperature` and
+    `passes` override the judge's own (the playground's candidates). Every set value is kept, 0 included.
 
     The key itself never goes in: only the name of the environment variable the engine will read."""
-    options: dict[str, Any] = {"judge_model": judge.model, "passes": judge.passes,
+    temperature = judge.temperature if temperature is None else temperature
+    options: dict[str, Any] = {"judge_model": model or judge.model,
+                               "passes": judge.passes if passes is None else passes,
                                "concurrency": judge.concurrency}
     if judge.api_base:
         options["api_base"] = judge.api_base
     if api_key_env:
         options["api_key_env"] = api_key_env
-    if judge.temperature:
-        options["temperature"] = judge.temperature
-    if rubric_version is not None:
-        options["rubric"] = rubric_version.text
-        if rubric_version.criteria:
-            options["criteria"] = rubric_version.criteria
+    if temperature is not None:
+        options["temperature"] = temperature
+    if rubric_text is not None:
+        options["rubric"] = rubric_text
+    if criteria:
+        options["criteria"] = criteria
     return options
 
 
@@ -81,7 +87,9 @@ def run_config_build(*, name: str, agent: Agent, scenario_set: ScenarioSet, rubr
         "steps": steps,
         "seed": seed,
         "output_dir": str(settings.STUDIO_RUNS_DIR / f"{config_name(name)}-{uuid.uuid4().hex[:12]}"),
-        "judge": judge_options(judge=judge, rubric_version=rubric_version, api_key_env=api_key_env) if judge else None,
+        "judge": judge_options(judge=judge, rubric_text=rubric_version.text if rubric_version else None,
+                               criteria=rubric_version.criteria if rubric_version else None,
+                               api_key_env=api_key_env) if judge else None,
     }
     if overrides:
         forbidden = {"judge", "output_dir"} & set(overrides)

@@ -180,7 +180,8 @@ def run_judge_budget_check(*, run_id: int) -> bool:
     budget = run.judge_config.budget_usd if run.judge_config else None
     if budget is None or run.status != RunStatus.RUNNING:
         return False
-    spent = run.judge_calls.aggregate(spent=Sum("cost_usd"))["spent"] or 0.0
+    # Cache hits were never sent, so never paid: they do not count against the budget.
+    spent = run.judge_calls.filter(cached=False).aggregate(spent=Sum("cost_usd"))["spent"] or 0.0
     if spent < float(budget):
         return False
     return _transition(run_id, (RunStatus.RUNNING,), status=RunStatus.PAUSED,
