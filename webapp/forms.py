@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 from django import forms
@@ -97,10 +98,29 @@ class ScenarioUploadForm(forms.Form):
         return upload
 
 
+class LongTextField(forms.CharField):
+    """Long pasted text: no `maxlength` attribute (a browser silently cuts a paste there, mid-word); a visible
+    counter instead (static/webapp/counter.js) and, over the limit, an error that says by how much."""
+
+    def __init__(self, *, limit: int, **kwargs: Any) -> None:
+        self.limit = limit
+        super().__init__(**kwargs)
+
+    def widget_attrs(self, widget: forms.Widget) -> dict[str, Any]:
+        return {**super().widget_attrs(widget), "data-limit": str(self.limit)}
+
+    def validate(self, value: Any) -> None:
+        super().validate(value)
+        if value and len(value) > self.limit:
+            raise ValidationError(f"the text is {len(value):,} characters; the limit is {self.limit:,}. Nothing "
+                                  "was cut: shorten it and save again.")
+
+
 class RubricForm(forms.Form):
     name = forms.CharField(max_length=200)
-    text = forms.CharField(max_length=PROMPT_MAX, widget=forms.Textarea(attrs={"rows": 8}),
-                           help_text="Plain English: what makes one answer better than another.")
+    text = LongTextField(limit=PROMPT_MAX, widget=forms.Textarea(attrs={"rows": 8}),
+                         help_text=f"Plain English: what makes one answer better than another. At most "
+                                   f"{PROMPT_MAX:,} characters.")
     criteria = forms.CharField(
         required=False, widget=forms.Textarea(attrs={"rows": 3, "class": "mono"}),
         help_text="Optional, one per line: name | weight | description (e.g. `faithful | 2 | uses only the context`).",
@@ -164,9 +184,13 @@ class LaunchForm(forms.Form):
     review_gate = forms.BooleanField(required=False, label="Review gate",
                                      help_text="Wait for a reviewer's approval after each step's scoring; "
                                                "the step trains on the reviewed scores.")
+    # One per rendered form: Back and Launch again (or a double click) submits the same token, one run.
+    launch_token = forms.CharField(required=False, max_length=64, widget=forms.HiddenInput())
 
     def __init__(self, *args: Any, project, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        if not self.is_bound:
+            self.initial.setdefault("launch_token", uuid.uuid4().hex)
         self.fields["agent"].queryset = project.agents.all()
         self.fields["scenario_set"].queryset = project.scenario_sets.all()
         self.fields["rubric"].queryset = project.rubrics.all()

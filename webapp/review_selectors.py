@@ -14,6 +14,7 @@ from django.http import Http404
 
 from judging.agreement import compare
 from webapp.models import Project, Run, ScoreOverride, Trajectory, TrajectoryGroup
+from webapp.reward_selectors import group_explanations, trajectory_rewards
 
 MAX_COLUMNS = 6
 
@@ -50,8 +51,13 @@ def compare_columns(*, run: Run, trajectory_ids: Iterable[int]) -> list[dict[str
     history = defaultdict(list)
     for o in ScoreOverride.objects.filter(trajectory_id__in=ids).select_related("user").order_by("-id"):
         history[o.trajectory_id].append(o)
+    rewards = trajectory_rewards(run=run, trajectories=trajectories)
+    explanations: dict[int, str] = {}
+    for group in {t.group_id: t.group for t in trajectories}.values():
+        explanations |= group_explanations(trajectories=list(group.trajectories.all()))
     return [{"trajectory": t, "group": t.group, "answer": t.final_answer, "is_reference": i == 0,
-             "diff": [] if i == 0 else answer_diff(reference, t.final_answer), "history": history[t.id][:5]}
+             "diff": [] if i == 0 else answer_diff(reference, t.final_answer), "history": history[t.id][:5],
+             "r": rewards[t.id], "explanation": explanations.get(t.id, t.explanation)}
             for i, t in enumerate(trajectories)]
 
 
@@ -105,7 +111,7 @@ def _contradiction(t: Trajectory) -> str | None:
 def group_review_reasons(group: TrajectoryGroup, trajectories: list[Trajectory]) -> list[str]:
     reasons = []
     scored = [t for t in trajectories if t.reward is not None and not t.error]
-    if group.skipped and len(scored) >= 2:
+    if group.zero_variance and len(scored) >= 2:
         reasons.append("zero variance: every trajectory got the same reward, so the group teaches nothing")
     judge = next((t.metadata.get("judge") for t in trajectories if (t.metadata or {}).get("judge")), None) or {}
     if (judge.get("disagreement") or 0) >= DISAGREEMENT_MIN:
@@ -116,7 +122,7 @@ def group_review_reasons(group: TrajectoryGroup, trajectories: list[Trajectory])
         reasons.append(f"near-tie: two answers scored {min(gaps):.3f} apart")
     for t in scored:
         if (why := _contradiction(t)) is not None:
-            reasons.append(f"#{t.rank}: {why}")
+            reasons.append(f"answer {t.label}: {why}")
     return reasons
 
 
@@ -165,7 +171,10 @@ def run_agreement(*, run: Run) -> dict[str, Any]:
     by_step: dict[int, list[list[Trajectory]]] = defaultdict(list)
     for members in groups.values():
         by_step[members[0].group.step_index].append(members)
-    return {"overall": _report(list(groups.values())),
+    # Every human score counts here, so this page and the queue's "labelled" column say the same; the agreement
+    # figures use only groups with two or more (one label has nothing to rank against).
+    return {"overall": _report(list(groups.values())), "human_scores": touched.count(),
+            "labelled_groups": len(groups),
             "steps": [{"step": step, **_report(by_step[step])} for step in sorted(by_step)]}
 
 

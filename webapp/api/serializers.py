@@ -1,6 +1,7 @@
 """API shapes. Serializers validate input types only; every write is done by a service in the views."""
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from webapp.models import (
@@ -8,6 +9,7 @@ from webapp.models import (
     TrajectoryGroup,
 )
 from webapp.models.catalogue import MESSAGE_MAX, PROMPT_MAX
+from webapp.models.runs import trajectory_label
 
 
 class ProjectSerializer(serializers.ModelSerializer):
@@ -129,13 +131,41 @@ class StepSerializer(serializers.ModelSerializer):
         fields = ["index", "metrics", "judge_cost_usd", "created_at"]
 
 
+class RewardViewSerializer(serializers.Serializer):
+    """webapp.reward_selectors.trajectory_rewards: what every page shows."""
+    label = serializers.CharField()
+    judge_score = serializers.FloatField(allow_null=True)
+    env_reward = serializers.FloatField(allow_null=True)
+    human_score = serializers.FloatField(allow_null=True)
+    effective_reward = serializers.FloatField(allow_null=True)
+    trained = serializers.BooleanField(help_text="The step has trained.")
+    trained_reward = serializers.FloatField(allow_null=True, help_text="The reward the step trained on.")
+    advantage = serializers.FloatField(allow_null=True)
+    note = serializers.CharField()
+
+
 class TrajectorySummarySerializer(serializers.ModelSerializer):
+    label = serializers.CharField(read_only=True, help_text="The trajectory's stable name within its group.")
     effective_reward = serializers.FloatField(read_only=True)
+    explanation = serializers.SerializerMethodField(help_text="The judge's explanation, its numbering translated "
+                                                              "to the labels.")
+    review = serializers.SerializerMethodField()
 
     class Meta:
         model = Trajectory
-        fields = ["id", "index", "rank", "env_reward", "judge_score", "explanation", "criteria", "reward",
-                  "override_score", "effective_reward", "advantage", "error", "completion_tokens"]
+        fields = ["id", "index", "label", "rank", "env_reward", "judge_score", "explanation", "criteria", "reward",
+                  "override_score", "effective_reward", "advantage", "error", "completion_tokens", "review"]
+
+    def get_explanation(self, obj: Trajectory) -> str:
+        from webapp.reward_selectors import explanation_for_people
+
+        return explanation_for_people(text=obj.explanation, trajectories=list(obj.group.trajectories.all()))
+
+    @extend_schema_field(RewardViewSerializer)
+    def get_review(self, obj: Trajectory) -> dict:
+        from webapp.reward_selectors import trajectory_reward
+
+        return trajectory_reward(trajectory=obj)
 
 
 class TrajectorySerializer(TrajectorySummarySerializer):
@@ -170,11 +200,16 @@ class ReorderSerializer(serializers.Serializer):
 
 
 class ScoreOverrideSerializer(serializers.ModelSerializer):
+    def get_trajectory_label(self, obj: ScoreOverride) -> str:
+        return trajectory_label(obj.trajectory_index)
+
     user = serializers.CharField(source="user.username", default=None, read_only=True)
+    trajectory_label = serializers.SerializerMethodField()
 
     class Meta:
         model = ScoreOverride
-        fields = ["id", "run", "trajectory", "group", "step_index", "group_index", "trajectory_index", "kind",
+        fields = ["id", "run", "trajectory", "group", "step_index", "group_index", "trajectory_index",
+                  "trajectory_label", "kind",
                   "judge_score", "before", "after", "reason", "applies_to_training", "user", "created_at"]
 
 

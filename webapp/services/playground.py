@@ -84,6 +84,14 @@ def _ranks(scores: list[float | None]) -> list[int | None]:
     return [None if s is None else 1 + sum(o is not None and o > s for o in scores) for s in scores]
 
 
+def _scored_with(trajectories: list[Trajectory]) -> str:
+    """The rubric version(s) the stored scores came from: a group keeps the version it was judged with, whatever
+    the rubric's latest version is now."""
+    names = sorted({str(t.rubric_version) if t.rubric_version_id else
+                    ("the default rubric" if t.judge_model else "the env reward") for t in trajectories})
+    return ", ".join(names)
+
+
 def _group_record(group: TrajectoryGroup, trajectories: list[Trajectory], judgement: Any) -> dict[str, Any]:
     current = [t.judge_score if t.judge_score is not None else t.reward for t in trajectories]
     new = [s.score for s in judgement.scores] if judgement is not None else [None] * len(trajectories)
@@ -98,7 +106,7 @@ def _group_record(group: TrajectoryGroup, trajectories: list[Trajectory], judgem
             "criteria": dict(judgement.scores[i].criteria) if judgement is not None else {},
         })
     return {"group_id": group.id, "run_id": group.run_id, "step": group.step_index, "group_index": group.index,
-            "scenario": group.scenario_external_id, "trajectories": rows,
+            "scenario": group.scenario_external_id, "trajectories": rows, "scored_with": _scored_with(trajectories),
             "rank_changes": sum(r["rank_current"] != r["rank_new"] for r in rows), "error": ""}
 
 
@@ -159,6 +167,7 @@ def playground_execute(*, rescore_id: int) -> str:
         "prompt_tokens": fresh_tokens[0], "completion_tokens": fresh_tokens[1],
         "failed_groups": sum(bool(r["error"]) for r in records),
         "rank_changes": sum(r["rank_changes"] for r in records),
+        "stored_with": ", ".join(sorted({part for r in records for part in r["scored_with"].split(", ")})),
     }
     Rescore.objects.filter(pk=rescore_id).update(status=Rescore.Status.DONE, results=records, summary=summary,
                                                  finished_at=timezone.now())

@@ -12,7 +12,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from webapp import review_selectors as review
-from webapp import selectors
+from webapp import reward_selectors, selectors
 from webapp.forms import ForkForm, OverrideForm, PlaygroundForm, ReorderForm
 from webapp.models import Rescore, Role, RubricVersion, TrajectoryGroup
 from webapp.services import playground as playground_services
@@ -38,7 +38,8 @@ def group_detail(request: HttpRequest, group_id: int) -> HttpResponse:
     group = selectors.group_get(user=request.user, group_id=group_id)
     group = TrajectoryGroup.objects.select_related("run__project", "scenario").get(pk=group.pk)
     if getattr(request, "htmx", False):  # the run page's live card
-        return render(request, "webapp/partials/group_card.html", {"group": group, "run": group.run})
+        return render(request, "webapp/partials/group_card.html", {
+            "group": group, "run": group.run, "rewards": reward_selectors.groups_view(run=group.run, groups=[group])})
     ids = [int(i) for i in request.GET.getlist("t") if i.isdigit()] or list(
         group.trajectories.order_by("rank", "index").values_list("id", flat=True))
     return render(request, "webapp/compare.html", {

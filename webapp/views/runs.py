@@ -12,7 +12,7 @@ from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from webapp import selectors
+from webapp import reward_selectors, selectors
 from webapp.forms import LaunchForm
 from webapp.models import Role
 from webapp.services import runs as run_services
@@ -50,7 +50,8 @@ def run_launch(request: HttpRequest, project_id: int) -> HttpResponse:
 def _run_context(request: HttpRequest, run) -> dict:
     role = selectors.project_role(user=request.user, project=run.project)
     return {"run": run, "project": run.project, "can_control": role == Role.EDITOR,
-            "can_review": role in (Role.REVIEWER, Role.EDITOR), "cost": selectors.run_judge_cost(run=run)}
+            "can_review": role in (Role.REVIEWER, Role.EDITOR), "cost": selectors.run_judge_cost(run=run),
+            "last_checkpoint": run.checkpoints.order_by("-step_index").first()}
 
 
 @login_required
@@ -60,7 +61,9 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     return render(request, "webapp/run_detail.html", {
         **_run_context(request, run), "steps": selectors.run_steps(run=run), "groups": groups,
         "more_groups": selectors.run_group_count(run=run) > len(groups), "next_offset": len(groups),
+        "rewards": reward_selectors.groups_view(run=run, groups=groups),
         "checkpoints": run.checkpoints.order_by("step_index"), "chart": selectors.run_chart_data(run=run),
+        "settings": selectors.run_settings(run=run),
         "last_seq": run.last_event_seq,
     })
 
@@ -95,6 +98,7 @@ def run_groups(request: HttpRequest, run_id: int) -> HttpResponse:
     groups = list(selectors.run_groups(run=run, limit=GROUPS_PER_PAGE, offset=offset))
     return render(request, "webapp/partials/group_list.html", {
         "run": run, "groups": groups, "next_offset": offset + len(groups),
+        "rewards": reward_selectors.groups_view(run=run, groups=groups),
         "more_groups": selectors.run_group_count(run=run) > offset + len(groups)})
 
 
@@ -118,8 +122,12 @@ def run_control(request: HttpRequest, run_id: int, action: str) -> HttpResponse:
 def trajectory_detail(request: HttpRequest, trajectory_id: int) -> HttpResponse:
     trajectory = selectors.trajectory_get(user=request.user, trajectory_id=trajectory_id)
     run = trajectory.group.run
+    members = list(trajectory.group.trajectories.order_by("index"))
     return render(request, "webapp/trajectory_detail.html", {
         "trajectory": trajectory, "group": trajectory.group, "run": run, "project": run.project,
+        "r": reward_selectors.trajectory_reward(trajectory=trajectory), "group_size": len(members),
+        "explanation": reward_selectors.explanation_for_people(text=trajectory.explanation, trajectories=members),
+        "history": trajectory.overrides.select_related("user").order_by("-id")[:20],
     })
 
 

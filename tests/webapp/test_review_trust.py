@@ -1,0 +1,244 @@
+"""Review you can trust (issue 11): one label and one effective reward per trajectory on every page and the API,
+runs frozen at launch, and the smaller contradictions a reviewer met: counts, cut text, duplicate launches,
+resume without a checkpoint, failed groups called zero-variance, stored scores named after the wrong version."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.judge_double import JudgeDouble
+from tests.webapp.factories import (
+    PASSWORD, agent_factory, judge_factory, project_factory, rubric_factory, run_factory,
+)
+from tests.webapp.test_review import _api, _group
+from webapp.live.ingest import run_event_ingest
+from webapp.models import Checkpoint, Rescore, Run, RunStatus, TrajectoryGroup
+from webapp.models.catalogue import PROMPT_MAX
+from webapp.services.catalogue import agent_update, rubric_version_create
+from webapp.services.review import run_review_rewards, trajectory_override
+from webapp.services.runs import run_resume
+
+pytestmark = pytest.mark.django_db
+
+
+def _login(client, user):
+    assert client.login(username=user.username, password=PASSWORD)
+    return client
+
+
+def _cell(html: str, cls: str) -> list[str]:
+    return [re.sub(r"<[^>]+>", "", m).strip() for m in re.findall(rf'class="(?:[^"]* )?{cls}"[^>]*>(.*?)</td>', html, re.S)]
+
+
+def _gated_override_story(*, label_only: bool = False):
+    """A gated run's step 1: the judge liked answer C best (0.747); a person scores it 0.1 before approval (or,
+    with label_only, after the step trained); the engine then trains on the reviewed rewards."""
+    run = run_factory(status=RunStatus.AWAITING_REVIEW, review_gate=True)
+    scores = [0.5, 0.3, 0.747, 0.2]
+    trajectories = _group(run, step=1, scores=scores)
+    top = trajectories[2]
+    if not label_only:
+        trajectory_override(user=run.project.owner, trajectory=top, score=0.1, reason="invents a refund policy")
+    handed = run_review_rewards(run_id=run.id, step=1)
+    rewards = handed["rewards"]["0"]
+    mean = sum(rewards) / len(rewards)
+    std = (sum((r - mean) ** 2 for r in rewards) / len(rewards)) ** 0.5
+    run_event_ingest(run_id=run.id, event={"kind": "review_applied", "step": 1, "groups": [
+        {"group_index": 0, "advantages": [(r - mean) / std for r in rewards]}]})
+    run_event_ingest(run_id=run.id, event={"kind": "step_finished", "step": 1, "metrics": {"reward_mean": mean}})
+    if label_only:
+        trajectory_override(user=run.project.owner, trajectory=top, score=0.1, reason="invents a refund policy")
+    run.refresh_from_db()
+    top.refresh_from_db()
+    return run, top, rewards
+
+
+def test_the_trajectory_page_shows_the_human_score_and_the_reward_that_trained_after_a_gated_override(client):
+    run, top, rewards = _gated_override_story()
+    assert rewards[2] == 0.1  # the engine was handed the human score
+    html = _login(client, run.project.owner).get(f"/trajectories/{top.id}/").content.decode()
+    assert _cell(html, "judge") == ["0.747"] and _cell(html, "human") == ["0.100"]
+    assert _cell(html, "effective") == ["0.100"] and _cell(html, "trained") == ["0.100"]
+    assert _cell(html, "advantage") == [f"{top.advantage:.3f}"] and top.advantage < 0
+    assert "trained on 0.100" in html
+
+
+def test_an_override_after_the_step_trained_is_shown_as_a_label_beside_the_reward_that_trained(client):
+    run, top, _ = _gated_override_story(label_only=True)
+    html = _login(client, run.project.owner).get(f"/trajectories/{top.id}/").content.decode()
+    assert _cell(html, "human") == ["0.100"] and _cell(html, "trained") == ["0.747"]
+    assert "came after the step trained and is a label only" in html
+
+
+def test_one_trajectory_has_one_label_on_the_group_page_its_page_the_audit_and_the_api(client):
+    run, top, _ = _gated_override_story()
+    assert top.index == 2 and top.rank == 1 and top.label == "C"
+    _login(client, run.project.owner)
+    group_page = client.get(f"/groups/{top.group_id}/").content.decode()
+    column = group_page.split(f'id="col-{top.id}"')[1].split("</section>")[0]
+    assert '<span class="label">C</span>' in column and _cell(column, "trained") == ["0.100"]
+    assert 'id="trajectory-label">C<' in client.get(f"/trajectories/{top.id}/").content.decode()
+    audit = client.get(f"/runs/{run.id}/review/").content.decode().split('id="audit"')[1]
+    assert 'answer <span class="label">C</span>' in audit and "#3" not in audit
+    card = client.get(f"/runs/{run.id}/").content.decode().split(f'id="group-{top.group_id}"')[1]
+    assert re.search(rf'data-label="C">\s*<td class="label"><a href="/trajectories/{top.id}/">C</a>', card)
+    row = card.split('data-label="C"')[1].split("</tr>")[0]
+    assert _cell(row, "trained") == ["0.100"] and _cell(row, "effective") == ["0.100"]
+    api = _api(run.project.owner)
+    body = api.get(f"/api/trajectories/{top.id}/").json()
+    assert body["label"] == "C"
+    assert body["review"] | {"note": ""} == {
+        "label": "C", "judge_score": 0.747, "env_reward": None, "human_score": 0.1, "effective_reward": 0.1,
+        "trained": True, "trained_reward": 0.1, "advantage": top.advantage, "note": ""}
+    assert api.get(f"/api/runs/{run.id}/overrides/").json()["results"][0]["trajectory_label"] == "C"
+
+
+def test_the_judges_presentation_numbers_are_translated_to_the_labels_people_see(client):
+    run = run_factory(status=RunStatus.COMPLETED)
+    # The judge saw the answers in the order C, A, B: its "Attempt 2" is A and its "trajectory 1" is C.
+    explanations = ["Clear, but weaker than trajectory 1.", "Vague.", "Better than Attempt 2: cites the policy."]
+    reply = json.dumps({"scores": [{"trajectory_id": str(p), "score": 0.5, "explanation": explanations[i]}
+                                   for p, i in ((1, 2), (2, 0), (3, 1))]})
+    trajectories = _group(run, step=1, scores=[0.5, 0.2, 0.9], explanations=explanations)
+    first = trajectories[0]
+    first.metadata = {"judge_calls": [{"order": [2, 0, 1], "raw_reply": reply, "pass_index": 0}]}
+    first.save(update_fields=["metadata"])
+    _login(client, run.project.owner)
+    page = client.get(f"/trajectories/{trajectories[2].id}/").content.decode()
+    assert "Better than Attempt A: cites the policy." in page and "Attempt 2" not in page
+    group_page = client.get(f"/groups/{first.group_id}/").content.decode()
+    assert "weaker than trajectory C." in group_page and "trajectory 1." not in group_page
+    assert "Better than Attempt A" in client.get(f"/runs/{run.id}/").content.decode()
+    body = _api(run.project.owner).get(f"/api/trajectories/{first.id}/").json()
+    assert body["explanation"] == "Clear, but weaker than trajectory C."
+
+
+def test_editing_an_agent_after_launch_changes_nothing_the_run_shows_or_resumes_with(client):
+    project = project_factory()
+    agent = agent_factory(project=project, base_model="org/model-v1", system_prompt="Be brief.")
+    run = run_factory(project=project, agent=agent, status=RunStatus.FAILED,
+                      overrides={"grpo": {"beta": 0.04}})
+    frozen = json.loads(json.dumps(run.config))
+    agent_update(user=project.owner, agent=agent, base_model="org/model-v2", system_prompt="Be verbose.")
+    html = _login(client, project.owner).get(f"/runs/{run.id}/").content.decode()
+    assert 'id="run-model">org/model-v1<' in html and "org/model-v2" not in html and "Be verbose." not in html
+    panel = html.split('id="run-config"')[1].split("</details>")[0]
+    for setting in ("org/model-v1", "Be brief.", "0.001", "Group size", ">2<", "Seed", "0.04"):
+        assert setting in panel, setting
+    run_resume(user=project.owner, run=run)
+    run.refresh_from_db()
+    assert run.status == RunStatus.QUEUED and run.config == frozen  # what the runner hands the engine
+
+
+def test_the_run_config_panel_names_the_judge_and_rubric_version_the_run_used(client):
+    project = project_factory()
+    judge = judge_factory(project=project, model="openai/judge-a")
+    rubric = rubric_factory(project=project)
+    run = run_factory(project=project, judge_config=judge, rubric_version=rubric.latest_version)
+    judge.model = "openai/judge-b"
+    judge.save()
+    rubric_version_create(user=project.owner, rubric=rubric, text="A newer text.")
+    html = _login(client, project.owner).get(f"/runs/{run.id}/").content.decode()
+    panel = html.split('id="run-config"')[1].split("</details>")[0]
+    assert "openai/judge-a" in panel and f"{rubric.name} v1" in panel and "judge-b" not in html
+    assert 'id="run-judge">openai/judge-a<' in html
+
+
+@pytest.mark.django_db(transaction=True)  # the in-process judge pool reads the rows from another thread
+def test_the_playground_names_the_version_that_scored_the_stored_groups(client, judge_double, inprocess_executor,
+                                                                       monkeypatch):
+    from webapp.execution.executors import wait_idle
+
+    monkeypatch.setenv("JUDGE_DOUBLE_API_KEY", "test")
+    project = project_factory()
+    judge = judge_factory(project=project, model=judge_double.model, api_base=judge_double.api_base,
+                          api_key_env="JUDGE_DOUBLE_API_KEY")
+    rubric = rubric_factory(project=project, text="v1 text")
+    run = run_factory(project=project, judge_config=judge, rubric_version=rubric.latest_version,
+                      status=RunStatus.COMPLETED)
+    trajectories = _group(run, step=1, scores=[0.9, 0.2])
+    trajectory_override(user=project.owner, trajectory=trajectories[0], score=0.1, reason="wrong")
+    trajectory_override(user=project.owner, trajectory=trajectories[1], score=0.8, reason="right")
+    v2 = rubric_version_create(user=project.owner, rubric=rubric, text="v2 text")
+    created = _api(project.owner).post("/api/playground/", {
+        "project": project.id, "group_ids": [trajectories[0].group_id], "judge_config": judge.id,
+        "base_version": v2.id, "rubric_text": "a candidate"}, format="json")
+    assert created.status_code == 201, created.json()
+    wait_idle(timeout=60)
+    rescore = Rescore.objects.get(pk=created.json()["id"])
+    assert rescore.status == "done", rescore.error
+    html = _login(client, project.owner).get(f"/playground/{rescore.id}/").content.decode()
+    assert f"Stored scores (<span class=\"stored-with\">{rubric.name} v1</span>)" in html
+    assert "Current version" not in html and f"Stored ({rubric.name} v1)" in html
+
+
+def test_the_review_page_counts_every_human_score_as_the_queue_does(client):
+    run = run_factory(status=RunStatus.COMPLETED)
+    trajectories = _group(run, step=1, scores=[0.5, 0.5, 0.49, 0.1])  # a near-tie: in the queue
+    trajectory_override(user=run.project.owner, trajectory=trajectories[0], score=0.9, reason="better")
+    html = _login(client, run.project.owner).get(f"/runs/{run.id}/review/").content.decode()
+    assert "1 / 4" in html.split('id="review-queue"')[1]
+    assert re.search(r'id="human-scores">1<', html)
+
+
+def test_a_pasted_rubric_is_never_cut_the_form_counts_and_refuses_text_over_the_limit(client):
+    project = project_factory()
+    _login(client, project.owner)
+    form = client.get(f"/projects/{project.id}/rubrics/new/").content.decode()
+    textarea = re.search(r"<textarea[^>]*name=\"text\"[^>]*>", form).group(0)
+    assert "maxlength" not in textarea and f'data-limit="{PROMPT_MAX}"' in textarea
+    assert "counter.js" in form
+    long_text = "word " * 5519 + "words"  # 27,600 characters
+    response = client.post(f"/projects/{project.id}/rubrics/new/", {"name": "long", "text": long_text})
+    assert response.status_code == 400
+    assert "the text is 27,600 characters; the limit is 20,000" in response.content.decode()
+    assert not project.rubrics.exists()
+
+
+def test_the_same_launch_form_submitted_twice_starts_one_run(client):
+    project = project_factory()
+    agent = agent_factory(project=project)
+    from tests.webapp.factories import scenario_set_factory
+
+    scenarios = scenario_set_factory(project=project)
+    _login(client, project.owner)
+    form = client.get(f"/projects/{project.id}/runs/new/").content.decode()
+    token = re.search(r'name="launch_token" value="([0-9a-f]+)"', form).group(1)
+    data = {"name": "once", "agent": agent.id, "scenario_set": scenarios.id, "steps": 1, "group_size": 2,
+            "groups_per_step": 1, "learning_rate": 0.001, "seed": 0, "launch_token": token}
+    first = client.post(f"/projects/{project.id}/runs/new/", data)
+    again = client.post(f"/projects/{project.id}/runs/new/", data)  # the back button, then Launch
+    assert first.status_code == again.status_code == 302 and first["Location"] == again["Location"]
+    assert Run.objects.filter(project=project).count() == 1
+    other = client.get(f"/projects/{project.id}/runs/new/").content.decode()
+    assert token not in other  # a fresh form is a new launch
+
+
+def test_resume_says_restart_without_a_checkpoint_and_a_failed_group_is_not_called_zero_variance(client):
+    run = run_factory(status=RunStatus.FAILED)
+    _group(run, step=1, scores=[0.0, 0.0], skipped=True)
+    TrajectoryGroup.objects.filter(run=run).update(scoring_error="judge unreachable: connection refused")
+    html = _login(client, run.project.owner).get(f"/runs/{run.id}/").content.decode()
+    assert "Resume from last checkpoint" not in html and "Restart from the beginning" in html
+    assert "scoring failed" in html and "zero variance" not in html
+    Checkpoint.objects.create(run=run, step_index=3, path="/nonexistent", adapter_name="a")
+    html = client.get(f"/runs/{run.id}/").content.decode()
+    assert "Resume from the step 3 checkpoint" in html
+
+
+def test_long_answers_wrap_and_the_scenario_panel_shows_the_reference_answer(client):
+    run = run_factory(status=RunStatus.COMPLETED)
+    scenario = run.scenario_set.scenarios.get(external_id="s1")
+    scenario.reference = "Refunds within 30 days."
+    scenario.save()
+    trajectories = _group(run, step=1, scores=[0.4, 0.6])
+    html = _login(client, run.project.owner).get(f"/groups/{trajectories[0].group_id}/").content.decode()
+    assert 'id="scenario-reference">Refunds within 30 days.<' in html
+    css = (Path(__file__).resolve().parents[2] / "static" / "webapp" / "style.css").read_text()
+    assert re.search(r"\.group td\.answer[^{]*\{[^}]*overflow-wrap: anywhere", css)
+
+
+_ = JudgeDouble  # the judge_double fixture's type
