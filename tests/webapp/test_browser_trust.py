@@ -1,0 +1,129 @@
+"""The gated-override story in a real browser (Debian chromium via Playwright, headless), as issue 11 found it:
+the judge likes answer C best (0.747); a reviewer overrides it to 0.1 with a reason, approves, and the step
+trains. The group page, the trajectory page (opened from the audit row), the audit and the API must then show the
+same label and the same judge score, human score, reward that trained and advantage.
+
+The engine is outside this test: its events (group scored, review requested, review applied with advantages from
+the engine's own `group_advantages`) are fed through the same ingest path the runner uses. Screenshots go to
+var/screenshots/."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.webapp.factories import PASSWORD, member_factory, run_factory
+from tests.webapp.test_browser import ARGS, CHROMIUM, SHOTS, server  # noqa: F401  (fixture)
+from webapp.live.ingest import run_event_ingest
+from webapp.models import Role, RunStatus, ScoreOverride, Trajectory
+from webapp.services.review import run_review_rewards
+
+pytestmark = [pytest.mark.django_db(transaction=True),
+              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium (make system-deps)")]
+
+JUDGE = [0.5, 0.3, 0.747, 0.2]  # answer C (rollout index 2) is the judge's favourite
+
+
+def _scored_and_waiting(run) -> None:
+    records = [{"messages": [{"role": "user", "content": "What is the refund policy?"},
+                             {"role": "assistant", "content": f"Answer number {i}: " + "refunds " * 40}],
+                "reward": s, "judge_score": s, "explanation": "Cites the policy." if i == 2 else "Vague.",
+                "advantage": None} for i, s in enumerate(JUDGE)]
+    run_event_ingest(run_id=run.id, event={"kind": "group_scored", "step": 1, "group_index": 0, "scenario_id": "s1",
+                                           "trajectories": records, "reward_mean": sum(JUDGE) / 4,
+                                           "reward_std": 0.2, "skipped": False})
+    run_event_ingest(run_id=run.id, event={"kind": "review_requested", "step": 1})
+
+
+def _engine_trains_the_reviewed_step(run) -> list[float]:
+    """What the runner and the engine do once the run leaves awaiting_review."""
+    from training.grpo import group_advantages
+
+    rewards = run_review_rewards(run_id=run.id, step=1)["rewards"]["0"]
+    advantages = [float(a) for a in group_advantages(rewards)]
+    run_event_ingest(run_id=run.id, event={"kind": "review_applied", "step": 1,
+                                           "groups": [{"group_index": 0, "advantages": advantages}]})
+    run_event_ingest(run_id=run.id, event={"kind": "step_finished", "step": 1, "metrics": {}})
+    return rewards
+
+
+def _scores(scope) -> dict[str, str]:
+    return {name: scope.locator(f".{name}").first.inner_text().strip()
+            for name in ("judge", "human", "effective", "trained", "advantage")}
+
+
+def test_a_gated_override_shows_one_label_and_one_reward_on_every_page_and_the_api(server, monkeypatch):  # noqa: F811
+    from playwright.sync_api import expect, sync_playwright
+
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    run = run_factory(status=RunStatus.RUNNING, review_gate=True, name="gated-story")
+    reviewer = member_factory(project=run.project, role=Role.REVIEWER)
+    _scored_and_waiting(run)
+    run.refresh_from_db()
+    assert run.status == RunStatus.AWAITING_REVIEW
+    top = Trajectory.objects.get(group__run=run, index=2)
+    assert top.label == "C" and top.rank == 1
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.set_default_timeout(30_000)
+        page.goto(server + "/login/")
+        page.fill("#id_username", reviewer.username)
+        page.fill("#id_password", PASSWORD)
+        page.click("button[type=submit]")
+
+        page.goto(f"{server}/groups/{top.group_id}/")
+        column = page.locator(f"#col-{top.id}")
+        expect(column.locator("h2 .label")).to_have_text("C")
+        expect(column.locator(".trained")).to_have_text("not trained yet")
+        column.locator("input[name=score]").fill("0.1")
+        column.locator("input[name=reason]").fill("invents a refund window")
+        column.locator(".override-form button").click()
+        expect(page.locator(".messages")).to_contain_text("score overridden")
+        page.click("#gate-note #approve")
+        expect(page.locator(".messages")).to_contain_text("review approved")
+
+        rewards = _engine_trains_the_reviewed_step(run)
+        assert rewards[2] == 0.1  # the engine got the human score
+        top.refresh_from_db()
+        expected = {"judge": "0.747", "human": "0.100", "effective": "0.100", "trained": "0.100",
+                    "advantage": f"{top.advantage:.3f}"}
+        assert top.advantage < 0  # the judge's favourite now pulls the policy away from itself
+
+        page.reload()
+        column = page.locator(f"#col-{top.id}")
+        expect(column.locator("h2 .label")).to_have_text("C")
+        assert _scores(column) == expected
+        page.screenshot(path=str(SHOTS / "trust-group.png"), full_page=True)
+
+        page.goto(f"{server}/runs/{run.id}/review/")
+        row = page.locator("#audit tbody tr").first
+        expect(row.locator(".label")).to_have_text("C")
+        expect(row).to_contain_text("changed the step's rewards")
+        expect(row).to_contain_text("0.747")
+        row.locator("a").click()
+        page.wait_for_url(f"**/trajectories/{top.id}/")
+        expect(page.locator("#trajectory-label")).to_have_text("C")
+        assert _scores(page.locator("#trajectory-rewards")) == expected
+        expect(page.locator("#reward-note")).to_have_text("trained on 0.100")
+        page.screenshot(path=str(SHOTS / "trust-trajectory.png"), full_page=True)
+
+        page.goto(f"{server}/runs/{run.id}/")
+        card_row = page.locator(f"#group-{top.group_id} tr[data-label=C]")
+        assert _scores(card_row) == expected
+
+        body = page.request.get(f"{server}/api/trajectories/{top.id}/").json()
+        review = body["review"]
+        assert body["label"] == review["label"] == "C"
+        assert (review["judge_score"], review["human_score"], review["effective_reward"], review["trained_reward"]) \
+            == (0.747, 0.1, 0.1, 0.1)
+        assert review["trained"] and f"{review['advantage']:.3f}" == expected["advantage"]
+        audit = page.request.get(f"{server}/api/runs/{run.id}/overrides/").json()["results"][0]
+        assert audit["trajectory_label"] == "C" and audit["applies_to_training"] and audit["after"] == 0.1
+        browser.close()
+        from django.db import connections
+
+        connections.close_all()
+    assert ScoreOverride.objects.filter(run=run).count() == 1
