@@ -9,7 +9,7 @@ from django import forms
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
-from webapp.models import Agent, JudgeConfig, Role, Scenario
+from webapp.models import Agent, JudgeConfig, Role, RubricVersion, Scenario
 from webapp.models.catalogue import MESSAGE_MAX, PROMPT_MAX
 from webapp.services import run_config as defaults
 
@@ -170,7 +170,10 @@ class LaunchForm(forms.Form):
     agent = forms.ModelChoiceField(queryset=None)  # type: ignore[arg-type]
     scenario_set = forms.ModelChoiceField(queryset=None)  # type: ignore[arg-type]
     rubric = forms.ModelChoiceField(queryset=None, required=False,  # type: ignore[arg-type]
-                                    help_text="Its latest version is used. Needs a judge.")
+                                    help_text="Needs a judge.")
+    rubric_version = forms.ModelChoiceField(queryset=None, required=False,  # type: ignore[arg-type]
+                                            label="Rubric version", empty_label="the latest version",
+                                            help_text="Default: the rubric's latest version, frozen into the run.")
     judge_config = forms.ModelChoiceField(queryset=None, required=False, label="Judge",  # type: ignore[arg-type]
                                           help_text="None: train on the environment's verifiable reward.")
     steps = forms.IntegerField(min_value=1, max_value=100000, initial=defaults.DEFAULT_STEPS)
@@ -194,10 +197,21 @@ class LaunchForm(forms.Form):
         self.fields["agent"].queryset = project.agents.all()
         self.fields["scenario_set"].queryset = project.scenario_sets.all()
         self.fields["rubric"].queryset = project.rubrics.all()
+        self.fields["rubric_version"].queryset = (RubricVersion.objects.filter(rubric__project=project)
+                                                  .select_related("rubric").order_by("rubric__name", "-number"))
         self.fields["judge_config"].queryset = project.judge_configs.all()
+        rubrics, judges = list(project.rubrics.all()[:2]), list(project.judge_configs.all()[:2])
+        if not self.is_bound and len(rubrics) == 1 and len(judges) == 1:  # nothing to choose: chosen
+            self.initial.setdefault("rubric", rubrics[0])
+            self.initial.setdefault("judge_config", judges[0])
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
+        version = data.get("rubric_version")
+        if version is not None and data.get("rubric") not in (None, version.rubric):
+            self.add_error("rubric_version", f"{version} is not a version of {data['rubric']}")
+        elif version is not None:
+            data["rubric"] = version.rubric
         if data.get("rubric") and not data.get("judge_config"):
             self.add_error("judge_config", "a rubric needs a judge to apply it")
         return data

@@ -192,3 +192,28 @@ def project_agreement_by_version(*, project: Project) -> list[dict[str, Any]]:
 
 def run_overrides(*, run: Run, limit: int = 200) -> QuerySet[ScoreOverride]:
     return run.overrides.select_related("user").order_by("-id")[:limit]
+
+
+# --- several runs, one chart --------------------------------------------------------------------------------
+
+def runs_overlay(*, project: Project, run_ids: Iterable[int], limit: int = 8) -> list[dict[str, Any]]:
+    """Per picked run of the project: its reward curve and judge-vs-human agreement per step, for one chart
+    (e.g. rubric v1 against v2). Only series a run can have are included: no judge curve without a judge."""
+    ids = list(dict.fromkeys(int(i) for i in run_ids))[:limit]
+    runs = {r.id: r for r in project.runs.filter(pk__in=ids).select_related("rubric_version__rubric")}
+    out = []
+    for run_id in ids:
+        run = runs.get(run_id)
+        if run is None:
+            continue
+        steps = list(run.steps.order_by("index").values_list("index", "metrics"))
+        agreement = run_agreement(run=run)["steps"]
+        out.append({
+            "id": run.id, "name": run.name, "rubric": str(run.rubric_version) if run.rubric_version else "",
+            "reward": [{"step": i, "value": (m or {}).get("reward_mean")} for i, m in steps
+                       if (m or {}).get("reward_mean") is not None],
+            "judge": [{"step": i, "value": (m or {}).get("judge_mean")} for i, m in steps
+                      if run.uses_judge and (m or {}).get("judge_mean") is not None],
+            "agreement": [{"step": s["step"], "value": s["pairwise"]} for s in agreement if s["pairwise"] is not None],
+        })
+    return out

@@ -185,3 +185,27 @@ def run_settings(*, run: Run) -> list[dict[str, Any]]:
     for section in sections:
         section["rows"] = [(k, v) for k, v in section["rows"] if v not in (None, "")]
     return sections
+
+
+def rubric_versions(*, rubric: Rubric) -> list[Any]:
+    """Newest first, each with the runs that used it (a version is frozen into a run at launch)."""
+    versions = list(rubric.versions.select_related("created_by").order_by("-number")
+                    .prefetch_related(Prefetch("run_set", queryset=Run.objects.order_by("-created_at", "-id"))))
+    return versions
+
+
+def rubric_version_diff(*, rubric: Rubric, old: str | None, new: str | None) -> dict[str, Any] | None:
+    """Word-level diff of two versions (by number; default: the one before the latest against the latest)."""
+    from webapp.review_selectors import answer_diff
+
+    numbers = list(rubric.versions.order_by("-number").values_list("number", flat=True))
+    if len(numbers) < 2:
+        return None
+    pick = {n: n for n in numbers}
+    b = pick.get(int(new)) if (new or "").isdigit() else None
+    a = pick.get(int(old)) if (old or "").isdigit() else None
+    b = b or numbers[0]
+    a = a or next((n for n in numbers if n < b), numbers[-1])
+    va, vb = rubric.versions.get(number=a), rubric.versions.get(number=b)
+    return {"old": va, "new": vb, "numbers": numbers, "segments": answer_diff(va.text, vb.text),
+            "criteria_changed": va.criteria != vb.criteria}

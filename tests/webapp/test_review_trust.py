@@ -242,3 +242,111 @@ def test_long_answers_wrap_and_the_scenario_panel_shows_the_reference_answer(cli
 
 
 _ = JudgeDouble  # the judge_double fixture's type
+
+
+# --- build items: test judge, version picker, rubric diff, overlay -----------------------------------------
+
+def test_the_test_judge_button_makes_one_real_call_and_shows_latency_cost_and_the_reply(client, judge_double,
+                                                                                        monkeypatch):
+    monkeypatch.setenv("JUDGE_DOUBLE_API_KEY", "test")
+    judge_double.responder = JudgeDouble.score_by(lambda text: 1.0 if text.strip().endswith("4") else 0.0)
+    project = project_factory()
+    judge = judge_factory(project=project, model=judge_double.model, api_base=judge_double.api_base,
+                          api_key_env="JUDGE_DOUBLE_API_KEY")
+    _login(client, project.owner)
+    assert 'id="test-judge"' in client.get(f"/judges/{judge.id}/").content.decode()
+    html = client.post(f"/judges/{judge.id}/test/").content.decode()
+    assert len(judge_double.requests) == 1 and "2 + 2" in judge_double.requests[0].prompt_text
+    assert 'data-ok="1"' in html and re.search(r'id="judge-test-latency">\d+\.\d\d s<', html)
+    assert "unknown (no price for this model)" in html  # the double's model has no price: unknown, not $0
+    assert "trajectory_id" in html.split('id="judge-test-reply"')[1]  # the judge's own reply, escaped
+
+
+def test_a_judge_that_is_down_fails_the_test_at_once_with_its_reason(client, monkeypatch):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed once the block ends: nothing listens there
+    project = project_factory()
+    judge = judge_factory(project=project, model="openai/judge", api_base=f"http://127.0.0.1:{port}/v1",
+                          api_key_env="")
+    judge.api_key_env = "STUDIO_TEST_ABSENT_KEY"
+    judge.save()
+    html = _login(client, project.owner).post(f"/judges/{judge.id}/test/").content.decode()
+    assert 'data-ok="0"' in html and "STUDIO_TEST_ABSENT_KEY is not set" in html
+    monkeypatch.setenv("STUDIO_TEST_DOWN_KEY", "test")
+    judge.api_key_env = "STUDIO_TEST_DOWN_KEY"
+    judge.save()
+    html = client.post(f"/judges/{judge.id}/test/").content.decode()
+    assert 'data-ok="0"' in html and "Connection" in html and "after 0 retries" in html
+
+
+def test_a_viewer_cannot_test_a_judge(client):
+    from tests.webapp.factories import member_factory
+    from webapp.models import Role
+
+    project = project_factory()
+    judge = judge_factory(project=project)
+    viewer = member_factory(project=project, role=Role.VIEWER)
+    assert _login(client, viewer).post(f"/judges/{judge.id}/test/").status_code in (403, 404)
+
+
+def test_launch_picks_a_rubric_version_defaulting_to_the_latest_and_preselects_the_only_rubric_and_judge(client):
+    from tests.webapp.factories import scenario_set_factory
+
+    project = project_factory()
+    agent = agent_factory(project=project)
+    scenarios = scenario_set_factory(project=project)
+    judge = judge_factory(project=project)
+    rubric = rubric_factory(project=project, text="first")
+    v2 = rubric_version_create(user=project.owner, rubric=rubric, text="second")
+    _login(client, project.owner)
+    form = client.get(f"/projects/{project.id}/runs/new/").content.decode()
+    assert re.search(rf'<option value="{rubric.id}" selected>', form)
+    assert re.search(rf'<option value="{judge.id}" selected>', form)
+    assert "the latest version" in form and f"{rubric.name} v1" in form
+    data = {"agent": agent.id, "scenario_set": scenarios.id, "steps": 1, "group_size": 2, "groups_per_step": 1,
+            "learning_rate": 0.001, "seed": 0, "rubric": rubric.id, "judge_config": judge.id}
+    client.post(f"/projects/{project.id}/runs/new/", {**data, "name": "latest"})
+    client.post(f"/projects/{project.id}/runs/new/", {**data, "name": "pinned",
+                                                      "rubric_version": rubric.versions.get(number=1).id})
+    latest, pinned = Run.objects.get(name="latest"), Run.objects.get(name="pinned")
+    assert latest.rubric_version == v2 and latest.config["judge"]["rubric"] == "second"
+    assert pinned.rubric_version.number == 1 and pinned.config["judge"]["rubric"] == "first"
+
+
+def test_a_rubric_page_diffs_two_versions_word_by_word_and_lists_the_runs_of_each(client):
+    project = project_factory()
+    judge = judge_factory(project=project)
+    rubric = rubric_factory(project=project, text="Prefer short answers that cite the policy.")
+    run = run_factory(project=project, judge_config=judge, rubric_version=rubric.latest_version, name="on-v1")
+    rubric_version_create(user=project.owner, rubric=rubric, text="Prefer complete answers that cite the <policy>.")
+    html = _login(client, project.owner).get(f"/rubrics/{rubric.id}/").content.decode()
+    diff = html.split('id="rubric-diff-text">')[1].split("</pre>")[0]
+    assert "<del>short</del><ins>complete</ins>" in diff.replace("\n", "")
+    assert "&lt;" in diff and "<policy>" not in diff  # rubric text is escaped
+    assert f'<a href="/runs/{run.id}/">on-v1</a>' in html.split('id="version-runs-1"')[1].split("</p>")[0]
+    assert "No run has used this version yet." in html.split('id="version-runs-2"')[1].split("</p>")[0]
+
+
+def test_the_overlay_shows_each_picked_runs_curves_and_only_series_a_run_can_have(client):
+    project = project_factory()
+    judged = run_factory(project=project, judge_config=judge_factory(project=project), name="judged",
+                         status=RunStatus.COMPLETED)
+    plain = run_factory(project=project, name="plain", status=RunStatus.COMPLETED)
+    for run, values in ((judged, [0.2, 0.5]), (plain, [0.1, 0.3])):
+        for step, v in enumerate(values, start=1):
+            run_event_ingest(run_id=run.id, event={"kind": "step_finished", "step": step,
+                                                   "metrics": {"reward_mean": v, "judge_mean": v}})
+    _login(client, project.owner)
+    empty = client.get(f"/projects/{project.id}/runs/compare/").content.decode()
+    assert "overlay-data" not in empty and 'id="overlay"' in empty
+    html = client.get(f"/projects/{project.id}/runs/compare/?run={judged.id}&run={plain.id}").content.decode()
+    data = json.loads(re.search(r'id="overlay-data" type="application/json">(.*?)</script>', html, re.S).group(1))
+    assert [s["name"] for s in data] == ["judged", "plain"]
+    assert [p["value"] for p in data[0]["reward"]] == [0.2, 0.5] and [p["step"] for p in data[1]["reward"]] == [1, 2]
+    assert data[0]["judge"] and data[1]["judge"] == []  # no judge curve for a run without a judge
+    other = run_factory(project=project_factory(), name="elsewhere")
+    foreign = client.get(f"/projects/{project.id}/runs/compare/?run={other.id}").content.decode()
+    assert "elsewhere" not in foreign

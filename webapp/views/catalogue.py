@@ -6,6 +6,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
 
 from webapp import selectors
 from webapp.forms import (
@@ -14,6 +15,7 @@ from webapp.forms import (
 )
 from webapp.models import Agent, JudgeConfig, Role, Rubric, ScenarioSet
 from webapp.services import catalogue as svc
+from webapp.services import judge_check
 from webapp.views.common import handle_form, is_validation_request, validation_response
 
 FORM_PAGE = "webapp/form_page.html"
@@ -128,7 +130,8 @@ def rubric_detail(request: HttpRequest, rubric_id: int) -> HttpResponse:
 
     return handle_form(request, form, save, "webapp/rubric_detail.html", {
         "project": rubric.project, "rubric": rubric, "can_edit": role == Role.EDITOR,
-        "versions": rubric.versions.select_related("created_by").order_by("-number"),
+        "versions": selectors.rubric_versions(rubric=rubric),
+        "diff": selectors.rubric_version_diff(rubric=rubric, old=request.GET.get("old"), new=request.GET.get("new")),
     })
 
 
@@ -156,6 +159,15 @@ def judge_edit(request: HttpRequest, judge_id: int) -> HttpResponse:
         return redirect("project-detail", project_id=judge.project_id)
 
     return handle_form(request, form, save, FORM_PAGE, {
-        "project": judge.project, "title": f"Judge {judge.name}",
+        "project": judge.project, "title": f"Judge {judge.name}", "test_judge": judge,
         "note": "An API key is stored (encrypted); it is never shown." if judge.has_stored_key else "",
     })
+
+
+@login_required
+@require_POST
+def judge_test(request: HttpRequest, judge_id: int) -> HttpResponse:
+    """One tiny real request to the saved judge: latency, cost and its reply, or why it failed."""
+    judge = selectors.in_project_get(user=request.user, model=JudgeConfig, pk=judge_id, role=Role.EDITOR)
+    result = judge_check.judge_config_test(user=request.user, judge=judge)
+    return render(request, "webapp/partials/judge_test.html", {"result": result, "judge": judge})

@@ -213,3 +213,14 @@ def playground_save(request: HttpRequest, rescore_id: int) -> HttpResponse:
     except ValidationError as err:
         messages.error(request, " ".join(err.messages))
     return redirect("playground-detail", rescore_id=rescore.id)
+
+
+@login_required
+def runs_compare(request: HttpRequest, project_id: int) -> HttpResponse:
+    """Several runs' reward and agreement curves overlaid: ?run=<id>&run=<id>…"""
+    project = selectors.project_get(user=request.user, project_id=project_id)
+    picked = [int(i) for i in request.GET.getlist("run") if i.isdigit()]
+    series = review.runs_overlay(project=project, run_ids=picked)
+    return render(request, "webapp/runs_compare.html", {
+        "project": project, "runs": selectors.runs_for_project(project=project)[:100], "picked": set(picked),
+        "series": series, "has_points": any(s["reward"] or s["agreement"] for s in series)})

@@ -39,9 +39,9 @@ def run_launch(request: HttpRequest, project_id: int) -> HttpResponse:
     form = LaunchForm(request.POST or None, project=project, initial=initial)
 
     def save(data):
-        rubric = data.pop("rubric")
-        run = run_services.run_launch(
-            user=request.user, project=project, rubric_version=rubric.latest_version if rubric else None, **data)
+        rubric, version = data.pop("rubric"), data.pop("rubric_version")
+        run = run_services.run_launch(user=request.user, project=project,
+                                      rubric_version=version or (rubric.latest_version if rubric else None), **data)
         return redirect("run-detail", run_id=run.id)
 
     return handle_form(request, form, save, "webapp/run_launch.html", {"project": project})
