@@ -127,3 +127,79 @@ def test_a_gated_override_shows_one_label_and_one_reward_on_every_page_and_the_a
 
         connections.close_all()
     assert ScoreOverride.objects.filter(run=run).count() == 1
+
+
+def test_settings_panel_rubric_diff_overlay_and_test_judge_in_the_browser(server, monkeypatch):  # noqa: F811
+    from playwright.sync_api import expect, sync_playwright
+
+    from tests.judge_double import JudgeDouble
+    from tests.webapp.factories import judge_factory, project_factory, rubric_factory
+    from webapp.services.catalogue import rubric_version_create
+
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    project = project_factory(name="Refund desk")
+    with JudgeDouble(responder=JudgeDouble.score_by(lambda t: 0.1 if "5" in t else 0.9)) as double:
+        # The server process reads the key from its own environment, which the test cannot change: store it.
+        judge = judge_factory(project=project, name="double", model=double.model, api_base=double.api_base)
+        from webapp.services.catalogue import judge_config_update
+
+        judge_config_update(user=project.owner, judge=judge, api_key="test")
+        rubric = rubric_factory(project=project, text="Prefer short answers that cite the refund policy.")
+        v1 = rubric.latest_version
+        v2 = rubric_version_create(user=project.owner, rubric=rubric,
+                                   text="Prefer complete answers that cite the refund policy and its exceptions.")
+        runs = []
+        for name, version, curve in (("refunds-v1", v1, [0.31, 0.42, 0.47]), ("refunds-v2", v2, [0.35, 0.55, 0.68])):
+            run = run_factory(project=project, name=name, judge_config=judge, rubric_version=version,
+                              status=RunStatus.COMPLETED, steps=3, overrides={"grpo": {"beta": 0.04}})
+            for step, value in enumerate(curve, start=1):
+                run_event_ingest(run_id=run.id, event={"kind": "step_finished", "step": step,
+                                                       "metrics": {"reward_mean": value, "judge_mean": value}})
+            runs.append(run)
+
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.set_default_timeout(30_000)
+            page.goto(server + "/login/")
+            page.fill("#id_username", project.owner.username)
+            page.fill("#id_password", PASSWORD)
+            page.click("button[type=submit]")
+
+            page.goto(f"{server}/runs/{runs[1].id}/")
+            page.click("#run-config summary")
+            panel = page.locator("#run-config")
+            for text in ("var/tiny-model", "Learning rate", "0.001", "Group size", "Seed", "openai/judge",
+                         f"{rubric.name} v2"):
+                expect(panel).to_contain_text(text)
+            panel.screenshot(path=str(SHOTS / "run-config-panel.png"))
+
+            page.goto(f"{server}/rubrics/{rubric.id}/")
+            expect(page.locator("#rubric-diff-text del")).to_contain_text(["short"])
+            expect(page.locator("#rubric-diff-text ins").first).to_contain_text("complete")
+            expect(page.locator("#version-runs-1")).to_contain_text("refunds-v1")
+            page.locator("#rubric-diff").screenshot(path=str(SHOTS / "rubric-diff.png"))
+
+            page.goto(f"{server}/projects/{project.id}/runs/")
+            page.click("#compare-runs-link")
+            for box in page.locator("#overlay-form input[type=checkbox]").all():
+                box.check()
+            page.click("#overlay")
+            expect(page.locator("#overlay-reward .scatterlayer .trace")).to_have_count(2)
+            expect(page.locator("#overlay-reward .legend")).to_contain_text("refunds-v2")
+            expect(page.locator("#overlay-agreement-empty")).to_be_visible()  # no human labels: said, not drawn
+            page.screenshot(path=str(SHOTS / "runs-overlay.png"), full_page=True)
+
+            page.goto(f"{server}/judges/{judge.id}/")
+            page.click("#test-judge")
+            expect(page.locator("#judge-test-outcome")).to_have_attribute("data-ok", "1", timeout=30_000)
+            expect(page.locator("#judge-test-reply")).to_contain_text("trajectory_id")
+            expect(page.locator("#judge-test-outcome")).to_contain_text("“4” and “5”: 0.900, 0.100")
+            page.locator("#judge-test-result").scroll_into_view_if_needed()
+            page.screenshot(path=str(SHOTS / "test-judge.png"), full_page=True)
+            browser.close()
+            from django.db import connections
+
+            connections.close_all()
+        assert len(double.requests) == 1

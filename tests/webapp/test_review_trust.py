@@ -249,7 +249,7 @@ _ = JudgeDouble  # the judge_double fixture's type
 def test_the_test_judge_button_makes_one_real_call_and_shows_latency_cost_and_the_reply(client, judge_double,
                                                                                         monkeypatch):
     monkeypatch.setenv("JUDGE_DOUBLE_API_KEY", "test")
-    judge_double.responder = JudgeDouble.score_by(lambda text: 1.0 if text.strip().endswith("4") else 0.0)
+    judge_double.responder = JudgeDouble.score_by(lambda text: 0.1 if "5" in text else 0.9)
     project = project_factory()
     judge = judge_factory(project=project, model=judge_double.model, api_base=judge_double.api_base,
                           api_key_env="JUDGE_DOUBLE_API_KEY")
