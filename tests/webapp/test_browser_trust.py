@@ -168,12 +168,21 @@ def test_settings_panel_rubric_diff_overlay_and_test_judge_in_the_browser(server
             page.click("button[type=submit]")
 
             page.goto(f"{server}/runs/{runs[1].id}/")
+            expect(page.locator("#source-chart .legend")).to_contain_text("judge score")
+            expect(page.locator("#source-chart .legend")).not_to_contain_text("env reward")  # no env reward here
+            ticks = page.locator("#reward-chart .xtick text").evaluate_all("els => els.map(e => e.textContent)")
+            assert ticks and all(t.isdigit() for t in ticks), ticks  # whole steps only
             page.click("#run-config summary")
             panel = page.locator("#run-config")
             for text in ("var/tiny-model", "Learning rate", "0.001", "Group size", "Seed", "openai/judge",
                          f"{rubric.name} v2"):
                 expect(panel).to_contain_text(text)
             panel.screenshot(path=str(SHOTS / "run-config-panel.png"))
+
+            empty = run_factory(project=project, name="not-started")
+            page.goto(f"{server}/runs/{empty.id}/")
+            expect(page.locator("#reward-chart")).to_have_text("The curves appear when the first step finishes.")
+            assert not page.locator("#reward-chart .xtick").count()
 
             page.goto(f"{server}/rubrics/{rubric.id}/")
             expect(page.locator("#rubric-diff-text del")).to_contain_text(["short"])
