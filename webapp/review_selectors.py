@@ -5,6 +5,7 @@ Callers pass objects already fetched through `selectors` (membership checked).
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from collections import defaultdict
 from typing import Any, Iterable
@@ -108,36 +109,60 @@ def _contradiction(t: Trajectory) -> str | None:
     return None
 
 
-def group_review_reasons(group: TrajectoryGroup, trajectories: list[Trajectory]) -> list[str]:
-    reasons = []
+def group_review_signals(group: TrajectoryGroup, trajectories: list[Trajectory]) -> list[tuple[float, str]]:
+    """(strength 0..1, reason) for each sign that the judge may have this group wrong."""
+    signals: list[tuple[float, str]] = []
     scored = [t for t in trajectories if t.reward is not None and not t.error]
     if group.zero_variance and len(scored) >= 2:
-        reasons.append("zero variance: every trajectory got the same reward, so the group teaches nothing")
+        signals.append((0.3, "zero variance: every trajectory got the same reward, so the group teaches nothing"))
     judge = next((t.metadata.get("judge") for t in trajectories if (t.metadata or {}).get("judge")), None) or {}
     if (judge.get("disagreement") or 0) >= DISAGREEMENT_MIN:
-        reasons.append(f"judge passes disagree (mean spread {judge['disagreement']:.2f})")
+        signals.append((min(1.0, judge["disagreement"] / (3 * DISAGREEMENT_MIN)),
+                        f"judge passes disagree (mean spread {judge['disagreement']:.2f})"))
     values = sorted({round(t.judge_score, 6) for t in scored if t.judge_score is not None}, reverse=True)
     gaps = [a - b for a, b in zip(values, values[1:])]
     if gaps and min(gaps) < NEAR_TIE_GAP:
-        reasons.append(f"near-tie: two answers scored {min(gaps):.3f} apart")
+        signals.append((1.0 - min(gaps) / NEAR_TIE_GAP, f"near-tie: two answers scored {min(gaps):.3f} apart"))
     for t in scored:
         if (why := _contradiction(t)) is not None:
-            reasons.append(f"answer {t.label}: {why}")
-    return reasons
+            signals.append((1.0, f"answer {t.label}: {why}"))
+    return signals
+
+
+def group_review_reasons(group: TrajectoryGroup, trajectories: list[Trajectory]) -> list[str]:
+    return [reason for _, reason in group_review_signals(group, trajectories)]
+
+
+def review_value(*, signals: list[tuple[float, str]], labelled: int, size: int, pending: bool,
+                 judge_error_rate: float) -> float:
+    """Expected value of a person's look at a group (docs/webapp.md): how strongly the judge may be wrong here
+    (the signals, summed) × how often it has been wrong when people checked (judge_error_rate, 1 − the run's
+    pairwise agreement, 0.5 before any labels) × whether the look can still change training (a step that has
+    not trained counts double) × what is left to label."""
+    evidence = sum(strength for strength, _ in signals)
+    left = 1.0 - labelled / size if size else 0.0
+    return evidence * (0.5 + judge_error_rate) * (2.0 if pending else 1.0) * (0.2 + 0.8 * left)
 
 
 def review_queue(*, run: Run, limit: int = 50, scan: int = 300) -> list[dict[str, Any]]:
-    """Groups most worth a human look, most reasons first; groups a person already labelled go last."""
+    """Groups ranked by the expected value of a review (review_value), each with its reasons, strongest first."""
     groups = (run.groups.order_by("-step_index", "index")
               .prefetch_related(Prefetch("trajectories", queryset=Trajectory.objects.order_by("rank", "index")))[:scan])
+    pairwise = run_agreement(run=run)["overall"]["pairwise"]
+    error_rate = 0.5 if pairwise is None else 1.0 - pairwise
     queue = []
     for group in groups:
         trajectories = list(group.trajectories.all())
-        reasons = group_review_reasons(group, trajectories)
-        if reasons:
-            labelled = sum(t.override_score is not None for t in trajectories)
-            queue.append({"group": group, "reasons": reasons, "labelled": labelled, "size": len(trajectories)})
-    queue.sort(key=lambda item: (item["labelled"] > 0, -len(item["reasons"]), -item["group"].step_index))
+        signals = sorted(group_review_signals(group, trajectories), key=lambda s: -s[0])
+        if not signals:
+            continue
+        labelled = sum(t.override_score is not None for t in trajectories)
+        pending = group.step_index > run.reviewed_through_step and not run.is_final
+        value = review_value(signals=signals, labelled=labelled, size=len(trajectories), pending=pending,
+                             judge_error_rate=error_rate)
+        queue.append({"group": group, "reasons": [r for _, r in signals], "labelled": labelled,
+                      "size": len(trajectories), "value": round(value, 3), "pending": pending})
+    queue.sort(key=lambda item: (-item["value"], -item["group"].step_index, item["group"].index))
     return queue[:limit]
 
 
@@ -217,3 +242,26 @@ def runs_overlay(*, project: Project, run_ids: Iterable[int], limit: int = 8) ->
             "agreement": [{"step": s["step"], "value": s["pairwise"]} for s in agreement if s["pairwise"] is not None],
         })
     return out
+
+
+# --- export -------------------------------------------------------------------------------------------------
+
+def run_groups_jsonl(*, run: Run, step: int | None = None) -> Iterable[str]:
+    """The run's scored groups, one JSON line each, in the format `python -m judging score` reads (judging/cli.py
+    GroupLine): re-score them from a terminal. Trajectories are named by their stable labels, so the CLI's output
+    matches the pages; a group's id says where it came from."""
+    groups = run.groups.order_by("step_index", "index").select_related("scenario")
+    if step is not None:
+        groups = groups.filter(step_index=step)
+    for group in groups.prefetch_related(Prefetch("trajectories", queryset=Trajectory.objects.order_by("index"))):
+        members = [t for t in group.trajectories.all() if t.messages]
+        if not members:
+            continue
+        line: dict[str, Any] = {"id": f"{run.name}/step{group.step_index}/group{group.index + 1}/"
+                                      f"{group.scenario_external_id}",
+                                "trajectories": [{"id": t.label, "messages": t.messages} for t in members]}
+        if members[0].tools:
+            line["tools"] = members[0].tools
+        if group.scenario is not None and group.scenario.reference:
+            line["reference"] = group.scenario.reference
+        yield json.dumps(line, ensure_ascii=False) + "\n"

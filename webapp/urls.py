@@ -31,6 +31,7 @@ urlpatterns = [
     path("runs/<int:run_id>/review/", review.run_review, name="run-review"),
     path("runs/<int:run_id>/approve/", review.run_approve, name="run-approve"),
     path("runs/<int:run_id>/compare/", review.run_compare, name="run-compare"),
+    path("runs/<int:run_id>/export.jsonl", review.run_export, name="run-export"),
     path("runs/<int:run_id>/scenarios/<path:scenario_id>/", review.run_scenario, name="run-scenario"),
     path("runs/<int:run_id>/<str:action>/", runs.run_control, name="run-control"),
     path("groups/<int:group_id>/", review.group_detail, name="group-detail"),

@@ -350,3 +350,44 @@ def test_the_overlay_shows_each_picked_runs_curves_and_only_series_a_run_can_hav
     other = run_factory(project=project_factory(), name="elsewhere")
     foreign = client.get(f"/projects/{project.id}/runs/compare/?run={other.id}").content.decode()
     assert "elsewhere" not in foreign
+
+
+def test_the_review_queue_ranks_groups_by_the_value_of_a_look_and_says_why(client):
+    run = run_factory(status=RunStatus.AWAITING_REVIEW, review_gate=True)
+    # Step 1 trained already; step 2 waits for review. Same signal (a near-tie) in both: the open step ranks first.
+    _group(run, step=1, index=0, scores=[0.50, 0.49, 0.1])
+    run_review_rewards(run_id=run.id, step=1)
+    _group(run, step=2, index=0, scores=[0.50, 0.49, 0.1])
+    contradicted = _group(run, step=2, index=1, scores=[0.9, 0.5, 0.1],
+                          explanations=["Wrong: invents a refund window.", "", ""])
+    _group(run, step=2, index=2, scores=[0.9, 0.5, 0.1])  # nothing suspicious: not in the queue
+    queue = _api(run.project.owner).get(f"/api/runs/{run.id}/review-queue/").json()
+    order = [(q["step"], q["group_index"]) for q in queue]
+    assert order == [(2, 1), (2, 0), (1, 0)]
+    values = [q["value"] for q in queue]
+    assert values == sorted(values, reverse=True) and values[1] == pytest.approx(2 * values[2])
+    assert queue[0]["reasons"][0].startswith("answer A: explanation sounds negative")
+    html = _login(client, run.project.owner).get(f"/runs/{run.id}/review/").content.decode()
+    rows = html.split('id="review-queue"')[1].split("</table>")[0]
+    assert rows.index(f"/groups/{contradicted[0].group_id}/") < rows.index("near-tie")
+    assert "can change training" in rows
+
+
+def test_scored_groups_export_as_jsonl_that_the_judging_cli_reads(client, tmp_path):
+    from judging.cli import read_groups
+
+    run = run_factory(status=RunStatus.COMPLETED)
+    _group(run, step=1, index=0, scores=[0.2, 0.9])
+    _group(run, step=2, index=0, scores=[0.4, 0.6])
+    response = _login(client, run.project.owner).get(f"/runs/{run.id}/export.jsonl")
+    assert response.status_code == 200 and "attachment" in response["Content-Disposition"]
+    path = tmp_path / "groups.jsonl"
+    path.write_bytes(b"".join(response.streaming_content))
+    groups = read_groups(path)
+    assert [g.id for g in groups] == [f"{run.name}/step1/group1/s1", f"{run.name}/step2/group1/s1"]
+    assert groups[0].names() == ["A", "B"] and groups[0].message_lists()[1][-1]["content"] == "answer 1"
+    one = client.get(f"/runs/{run.id}/export.jsonl?step=2")
+    assert len(b"".join(one.streaming_content).splitlines()) == 1
+    stranger = project_factory().owner
+    client.logout()
+    assert _login(client, stranger).get(f"/runs/{run.id}/export.jsonl").status_code == 404

@@ -249,6 +249,8 @@ class QueueItemSerializer(serializers.Serializer):
     reasons = serializers.ListField(child=serializers.CharField())
     labelled = serializers.IntegerField()
     size = serializers.IntegerField()
+    value = serializers.FloatField(help_text="Expected value of a review: the queue's order (docs/webapp.md).")
+    pending = serializers.BooleanField(help_text="The group's step has not trained: a review changes training.")
 
 
 class CompareColumnSerializer(serializers.Serializer):

@@ -6,7 +6,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.db.models import Count, Q
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
@@ -224,3 +224,13 @@ def runs_compare(request: HttpRequest, project_id: int) -> HttpResponse:
     return render(request, "webapp/runs_compare.html", {
         "project": project, "runs": selectors.runs_for_project(project=project)[:100], "picked": set(picked),
         "series": series, "has_points": any(s["reward"] or s["agreement"] for s in series)})
+
+
+@login_required
+def run_export(request: HttpRequest, run_id: int) -> HttpResponse:
+    """Scored groups as JSONL for `python -m judging score` (?step=N for one step)."""
+    run = selectors.run_get(user=request.user, run_id=run_id)
+    step = int(request.GET["step"]) if request.GET.get("step", "").isdigit() else None
+    response = StreamingHttpResponse(review.run_groups_jsonl(run=run, step=step), content_type="application/jsonl")
+    response["Content-Disposition"] = f'attachment; filename="{run.config.get("name", "run")}-groups.jsonl"'
+    return response
