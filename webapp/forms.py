@@ -293,3 +293,21 @@ class PlaygroundForm(RubricForm):
         self.fields["base_version"].queryset = (RubricVersion.objects.filter(rubric__project=project)
                                                 .select_related("rubric").order_by("rubric__name", "-number"))
         self.fields["judge_config"].queryset = project.judge_configs.all()
+
+
+class GroupSearchForm(forms.Form):
+    """Search and filter a run's groups (GET): a group is shown when one of its trajectories matches it all."""
+    q = forms.CharField(required=False, max_length=200, label="Text",
+                        widget=forms.TextInput(attrs={"placeholder": "answer, explanation or scenario id"}))
+    step = forms.IntegerField(required=False, min_value=0)
+    labelled = forms.ChoiceField(required=False, choices=[("", "any"), ("yes", "human-scored"),
+                                                          ("no", "not human-scored")], label="Label")
+    min_score = forms.FloatField(required=False, min_value=0.0, max_value=1.0, label="Reward ≥")
+    max_score = forms.FloatField(required=False, min_value=0.0, max_value=1.0, label="Reward ≤")
+
+    def search(self) -> dict[str, Any] | None:
+        """The filters given, or None (no filter, or invalid input: shown as the form's errors)."""
+        if not self.is_bound or not self.is_valid():
+            return None
+        given = {k: v for k, v in self.cleaned_data.items() if v not in (None, "")}
+        return given or None

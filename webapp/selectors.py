@@ -90,19 +90,47 @@ def run_steps(*, run: Run) -> QuerySet[Step]:
     return run.steps.order_by("index")
 
 
-def run_groups(*, run: Run, limit: int | None = 20, offset: int = 0, step: int | None = None
-               ) -> QuerySet[TrajectoryGroup]:
-    """Newest step first; each group with its trajectories ranked. Bounded: a page never loads a whole run."""
+def run_groups(*, run: Run, limit: int | None = 20, offset: int = 0, step: int | None = None,
+               search: dict[str, Any] | None = None) -> QuerySet[TrajectoryGroup]:
+    """Newest step first; each group with its trajectories ranked. Bounded: a page never loads a whole run.
+    `search` (GroupSearchForm.cleaned_data) keeps groups with a trajectory that matches all of it."""
     qs = run.groups.order_by("-step_index", "index")
     if step is not None:
         qs = qs.filter(step_index=step)
+    if search:
+        qs = qs.filter(pk__in=_matching_trajectories(run=run, **search).values("group_id"))
     qs = qs.prefetch_related(Prefetch("trajectories", queryset=Trajectory.objects.order_by("rank", "index")
                                       .defer("tools", "metadata")))
     return qs[offset: offset + limit] if limit is not None else qs[offset:]
 
 
-def run_group_count(*, run: Run) -> int:
+def run_group_count(*, run: Run, search: dict[str, Any] | None = None) -> int:
+    if search:
+        return run.groups.filter(pk__in=_matching_trajectories(run=run, **search).values("group_id")).count()
     return run.groups.count()
+
+
+def _matching_trajectories(*, run: Run, q: str = "", step: int | None = None, labelled: str = "",
+                           min_score: float | None = None, max_score: float | None = None) -> QuerySet[Trajectory]:
+    """Text (answer, conversation, explanation or scenario id), step, human label, effective reward range."""
+    from django.db.models import F, TextField
+    from django.db.models.functions import Cast, Coalesce
+
+    qs = Trajectory.objects.filter(group__run=run).annotate(effective=Coalesce("override_score", F("reward")))
+    if q:
+        qs = qs.annotate(text=Cast("messages", TextField())).filter(
+            Q(text__icontains=q) | Q(explanation__icontains=q) | Q(group__scenario_external_id__icontains=q))
+    if step is not None:
+        qs = qs.filter(group__step_index=step)
+    if labelled == "yes":
+        qs = qs.filter(override_score__isnull=False)
+    elif labelled == "no":
+        qs = qs.filter(override_score__isnull=True)
+    if min_score is not None:
+        qs = qs.filter(effective__gte=min_score)
+    if max_score is not None:
+        qs = qs.filter(effective__lte=max_score)
+    return qs
 
 
 def group_get(*, user, group_id: int) -> TrajectoryGroup:

@@ -391,3 +391,26 @@ def test_scored_groups_export_as_jsonl_that_the_judging_cli_reads(client, tmp_pa
     stranger = project_factory().owner
     client.logout()
     assert _login(client, stranger).get(f"/runs/{run.id}/export.jsonl").status_code == 404
+
+
+def test_a_runs_groups_can_be_searched_by_text_step_label_and_reward(client):
+    run = run_factory(status=RunStatus.COMPLETED)
+    a = _group(run, step=1, index=0, scores=[0.2, 0.9], answers=["refund in 30 days", "store credit only"])
+    b = _group(run, step=2, index=0, scores=[0.4, 0.6], answers=["call the hotline", "see the website"])
+    trajectory_override(user=run.project.owner, trajectory=b[0], score=0.95, reason="right")
+    _login(client, run.project.owner)
+
+    def shown(query: str) -> set[int]:
+        html = client.get(f"/runs/{run.id}/?{query}").content.decode()
+        return {int(g) for g in re.findall(r'<article class="group[^"]*" id="group-(\d+)"', html)}
+
+    assert shown("") == {a[0].group_id, b[0].group_id}
+    assert shown("q=HOTLINE") == {b[0].group_id}
+    assert shown("step=1") == {a[0].group_id}
+    assert shown("labelled=yes") == {b[0].group_id}
+    assert shown("min_score=0.9") == {a[0].group_id, b[0].group_id}  # 0.9 judge; 0.95 human
+    assert shown("min_score=0.92") == {b[0].group_id}  # the effective reward, not the judge's
+    assert shown("q=nothing-like-this") == set()
+    assert "No group matches these filters." in client.get(f"/runs/{run.id}/?q=zzz").content.decode()
+    assert shown("min_score=7") == {a[0].group_id, b[0].group_id}  # bad input: an error, no filter
+    assert "Ensure this value is less than or equal to 1.0" in client.get(f"/runs/{run.id}/?min_score=7").content.decode()

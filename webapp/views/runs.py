@@ -13,7 +13,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from webapp import reward_selectors, selectors
-from webapp.forms import LaunchForm
+from webapp.forms import GroupSearchForm, LaunchForm
 from webapp.models import Role
 from webapp.services import runs as run_services
 from webapp.views.common import handle_form
@@ -57,10 +57,13 @@ def _run_context(request: HttpRequest, run) -> dict:
 @login_required
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     run = selectors.run_get(user=request.user, run_id=run_id)
-    groups = list(selectors.run_groups(run=run, limit=GROUPS_PER_PAGE))
+    search_form = GroupSearchForm(request.GET or None)
+    search = search_form.search()
+    groups = list(selectors.run_groups(run=run, limit=GROUPS_PER_PAGE, search=search))
     return render(request, "webapp/run_detail.html", {
         **_run_context(request, run), "steps": selectors.run_steps(run=run), "groups": groups,
-        "more_groups": selectors.run_group_count(run=run) > len(groups), "next_offset": len(groups),
+        "search_form": search_form, "search": search, "search_query": request.GET.urlencode(),
+        "more_groups": selectors.run_group_count(run=run, search=search) > len(groups), "next_offset": len(groups),
         "rewards": reward_selectors.groups_view(run=run, groups=groups),
         "checkpoints": run.checkpoints.order_by("step_index"), "chart": selectors.run_chart_data(run=run),
         "settings": selectors.run_settings(run=run),
@@ -95,11 +98,15 @@ def run_groups(request: HttpRequest, run_id: int) -> HttpResponse:
         offset = max(0, int(request.GET.get("offset", "0")))
     except ValueError:
         offset = 0
-    groups = list(selectors.run_groups(run=run, limit=GROUPS_PER_PAGE, offset=offset))
+    search_form = GroupSearchForm(request.GET)
+    search = search_form.search()
+    groups = list(selectors.run_groups(run=run, limit=GROUPS_PER_PAGE, offset=offset, search=search))
+    query = request.GET.copy()
+    query.pop("offset", None)
     return render(request, "webapp/partials/group_list.html", {
-        "run": run, "groups": groups, "next_offset": offset + len(groups),
+        "run": run, "groups": groups, "next_offset": offset + len(groups), "search_query": query.urlencode(),
         "rewards": reward_selectors.groups_view(run=run, groups=groups),
-        "more_groups": selectors.run_group_count(run=run) > offset + len(groups)})
+        "more_groups": selectors.run_group_count(run=run, search=search) > offset + len(groups)})
 
 
 @login_required
