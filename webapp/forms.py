@@ -311,3 +311,23 @@ class GroupSearchForm(forms.Form):
             return None
         given = {k: v for k, v in self.cleaned_data.items() if v not in (None, "")}
         return given or None
+
+
+class PlaygroundFilterForm(forms.Form):
+    """Which stored groups the playground lists (GET)."""
+    run = forms.ModelChoiceField(queryset=None, required=False, empty_label="any run")  # type: ignore[arg-type]
+    step = forms.IntegerField(required=False, min_value=0)
+    labelled = forms.ChoiceField(required=False, choices=[("", "any"), ("yes", "human-labelled"),
+                                                          ("no", "not labelled")], label="Labels")
+    disagreement = forms.BooleanField(required=False, label="Judge and people (or passes) disagree")
+
+    def __init__(self, *args: Any, project, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["run"].queryset = project.runs.order_by("-created_at", "-id")
+
+    def filters(self) -> dict[str, Any]:
+        if not self.is_valid():
+            return {}
+        data = self.cleaned_data
+        return {"run_id": data["run"].id if data.get("run") else None, "step": data.get("step"),
+                "labelled": data.get("labelled") or "", "disagreement": bool(data.get("disagreement"))}

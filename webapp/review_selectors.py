@@ -265,3 +265,42 @@ def run_groups_jsonl(*, run: Run, step: int | None = None) -> Iterable[str]:
         if group.scenario is not None and group.scenario.reference:
             line["reference"] = group.scenario.reference
         yield json.dumps(line, ensure_ascii=False) + "\n"
+
+
+# --- playground: which stored groups to re-score -------------------------------------------------------------
+
+def _disagrees(trajectories: list[Trajectory]) -> bool:
+    """A person ordered two answers differently from the judge, or the judge's own passes disagreed."""
+    judge = next((t.metadata.get("judge") for t in trajectories if (t.metadata or {}).get("judge")), None) or {}
+    if (judge.get("disagreement") or 0) >= DISAGREEMENT_MIN:
+        return True
+    labelled = [t for t in trajectories if t.override_score is not None and _machine(t) is not None]
+    if len(labelled) < 2:
+        return False
+    report = compare([[_machine(t) for t in labelled]], [[t.override_score for t in labelled]])
+    return report.pairwise is not None and report.pairwise < 1.0
+
+
+def playground_groups(*, project: Project, run_id: int | None = None, step: int | None = None, labelled: str = "",
+                      disagreement: bool = False, limit: int = 200) -> QuerySet[TrajectoryGroup]:
+    """Stored groups of the project, filtered (run, step, human-labelled, disagreement), labelled ones first, then
+    the newest; bounded, and unsliced (the form field filters it)."""
+    from django.db.models import Count
+
+    ordered = (TrajectoryGroup.objects.filter(run__project=project)
+               .annotate(labels=Count("trajectories", filter=Q(trajectories__override_score__isnull=False)))
+               .order_by("-labels", "-run_id", "-step_index", "index"))
+    if run_id is not None:
+        ordered = ordered.filter(run_id=run_id)
+    if step is not None:
+        ordered = ordered.filter(step_index=step)
+    if labelled == "yes":
+        ordered = ordered.filter(labels__gt=0)
+    elif labelled == "no":
+        ordered = ordered.filter(labels=0)
+    if disagreement:
+        scan = ordered.prefetch_related("trajectories")[: limit * 5]
+        ids = [g.id for g in scan if _disagrees(list(g.trajectories.all()))][:limit]
+    else:
+        ids = list(ordered.values_list("id", flat=True)[:limit])
+    return ordered.filter(pk__in=ids).select_related("run")

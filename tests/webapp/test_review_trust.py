@@ -414,3 +414,28 @@ def test_a_runs_groups_can_be_searched_by_text_step_label_and_reward(client):
     assert "No group matches these filters." in client.get(f"/runs/{run.id}/?q=zzz").content.decode()
     assert shown("min_score=7") == {a[0].group_id, b[0].group_id}  # bad input: an error, no filter
     assert "Ensure this value is less than or equal to 1.0" in client.get(f"/runs/{run.id}/?min_score=7").content.decode()
+
+
+def test_the_playground_filters_stored_groups_and_selects_all_shown(client):
+    project = project_factory()
+    first = run_factory(project=project, name="first", status=RunStatus.COMPLETED)
+    second = run_factory(project=project, name="second", status=RunStatus.COMPLETED)
+    agreeing = _group(first, step=1, index=0, scores=[0.9, 0.2])
+    disagreeing = _group(first, step=2, index=0, scores=[0.9, 0.2])
+    plain = _group(second, step=1, index=0, scores=[0.5, 0.4])
+    for t, human in ((agreeing[0], 1.0), (agreeing[1], 0.0), (disagreeing[0], 0.1), (disagreeing[1], 0.8)):
+        trajectory_override(user=project.owner, trajectory=t, score=human, reason="label")
+    _login(client, project.owner)
+
+    def listed(query: str) -> tuple[set[int], set[int]]:
+        html = client.get(f"/projects/{project.id}/playground/?{query}").content.decode()
+        boxes = re.findall(r'<input type="checkbox" name="groups" value="(\d+)"([^>]*)>', html)
+        return {int(v) for v, _ in boxes}, {int(v) for v, rest in boxes if "checked" in rest}
+
+    everything = {agreeing[0].group_id, disagreeing[0].group_id, plain[0].group_id}
+    assert listed("")[0] == everything and listed("")[1] == set()
+    assert listed(f"run={second.id}")[0] == {plain[0].group_id}
+    assert listed("step=2")[0] == {disagreeing[0].group_id}
+    assert listed("labelled=no")[0] == {plain[0].group_id}
+    assert listed("disagreement=on")[0] == {disagreeing[0].group_id}
+    assert listed(f"run={first.id}&all=1") == ({agreeing[0].group_id, disagreeing[0].group_id},) * 2

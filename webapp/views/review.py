@@ -5,7 +5,6 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
-from django.db.models import Count, Q
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -13,7 +12,7 @@ from django.views.decorators.http import require_POST
 
 from webapp import review_selectors as review
 from webapp import reward_selectors, selectors
-from webapp.forms import ForkForm, OverrideForm, PlaygroundForm, ReorderForm
+from webapp.forms import ForkForm, OverrideForm, PlaygroundFilterForm, PlaygroundForm, ReorderForm
 from webapp.models import Rescore, Role, RubricVersion, TrajectoryGroup
 from webapp.services import playground as playground_services
 from webapp.services import review as review_services
@@ -151,20 +150,13 @@ def run_fork(request: HttpRequest, checkpoint_id: int) -> HttpResponse:
         "note": "The new run starts from this checkpoint's adapter, with the parent's agent and scenarios."})
 
 
-def _playground_groups(project):
-    """Labelled groups first, then the newest; bounded, and unsliced (the form field filters it)."""
-    ordered = (TrajectoryGroup.objects.filter(run__project=project)
-               .annotate(labels=Count("trajectories", filter=Q(trajectories__override_score__isnull=False)))
-               .order_by("-labels", "-run_id", "-step_index", "index"))
-    ids = list(ordered.values_list("id", flat=True)[:200])
-    return ordered.filter(pk__in=ids).select_related("run")
-
-
 @login_required
 def playground(request: HttpRequest, project_id: int) -> HttpResponse:
     project = selectors.project_get(user=request.user, project_id=project_id)
-    groups = _playground_groups(project)
-    initial: dict = {"groups": [int(g) for g in request.GET.getlist("group") if g.isdigit()]}
+    filters = PlaygroundFilterForm(request.GET, project=project)
+    groups = review.playground_groups(project=project, **filters.filters())
+    picked = [int(g) for g in request.GET.getlist("group") if g.isdigit()]
+    initial: dict = {"groups": list(groups.values_list("id", flat=True)) if request.GET.get("all") else picked}
     if request.GET.get("version", "").isdigit():
         version = selectors.in_project_get(user=request.user, model=RubricVersion, pk=int(request.GET["version"]),
                                            path="rubric__project")
@@ -186,7 +178,8 @@ def playground(request: HttpRequest, project_id: int) -> HttpResponse:
         return redirect("playground-detail", rescore_id=rescore.id)
 
     return handle_form(request, form, save, "webapp/playground.html", {
-        "project": project, "recent": project.rescores.select_related("created_by")[:10],
+        "project": project, "recent": project.rescores.select_related("created_by")[:10], "filters": filters,
+        "filter_query": request.GET.urlencode(), "shown": groups.count(),
         **_role_context(request, project)})
 
 
