@@ -439,3 +439,17 @@ def test_the_playground_filters_stored_groups_and_selects_all_shown(client):
     assert listed("labelled=no")[0] == {plain[0].group_id}
     assert listed("disagreement=on")[0] == {disagreeing[0].group_id}
     assert listed(f"run={first.id}&all=1") == ({agreeing[0].group_id, disagreeing[0].group_id},) * 2
+
+
+def test_the_footer_links_browsable_api_docs_served_without_a_cdn(client):
+    from django.contrib.staticfiles import finders
+
+    project = project_factory()
+    page = _login(client, project.owner).get(f"/projects/{project.id}/").content.decode()
+    assert 'href="/api/docs/" id="api-docs-link"' in page and 'href="/api/schema/"' in page
+    docs = client.get("/api/docs/").content.decode()
+    scripts = re.findall(r'<script[^>]+src="([^"]+)"', docs) + re.findall(r'<link[^>]+href="([^"]+)"', docs)
+    assert scripts and all(src.startswith("/static/") for src in scripts), scripts
+    for src in scripts:
+        assert finders.find(src.removeprefix("/static/")), src  # each asset is on this machine
+    assert "/api/schema/" in docs
