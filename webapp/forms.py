@@ -55,6 +55,8 @@ class ProjectForm(forms.Form):
 class MemberForm(forms.Form):
     username = forms.CharField(max_length=150)
     role = forms.ChoiceField(choices=Role.choices)
+    create = forms.BooleanField(required=False, label="create an account (invite link)")
+    email = forms.EmailField(required=False, widget=forms.EmailInput(attrs={"placeholder": "email (optional)"}))
 
 
 class AgentForm(forms.Form):

@@ -8,6 +8,7 @@ from webapp.views import catalogue, projects, review, runs
 urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("invite/<uidb64>/<token>/", projects.InviteAcceptView.as_view(), name="invite-accept"),
     path("", projects.project_list, name="project-list"),
     path("projects/<int:project_id>/", projects.project_detail, name="project-detail"),
     path("projects/<int:project_id>/members/", projects.project_member_add, name="project-member-add"),

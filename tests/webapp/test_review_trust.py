@@ -453,3 +453,34 @@ def test_the_footer_links_browsable_api_docs_served_without_a_cdn(client):
     for src in scripts:
         assert finders.find(src.removeprefix("/static/")), src  # each asset is on this machine
     assert "/api/schema/" in docs
+
+
+def test_an_editor_invites_a_new_member_by_link_and_errors_appear_beside_the_members_form(client):
+    from django.contrib.auth import get_user_model
+
+    project = project_factory()
+    _login(client, project.owner)
+    missing = client.post(f"/projects/{project.id}/members/", {"username": "dana", "role": "reviewer"})
+    assert missing.status_code == 400
+    errors = missing.content.decode().split('id="member-errors"')[1].split("</ul>")[0]
+    assert "no user named &#x27;dana&#x27;" in errors and not get_user_model().objects.filter(username="dana").exists()
+    created = client.post(f"/projects/{project.id}/members/", {"username": "dana", "role": "reviewer",
+                                                                "create": "on", "email": "dana@example.org"},
+                          follow=True).content.decode()
+    link = re.search(r"http://testserver(/invite/[^/]+/[^/]+/)", created).group(1)
+    dana = get_user_model().objects.get(username="dana")
+    assert not dana.has_usable_password() and project.memberships.get(user=dana).role == "reviewer"
+    client.logout()
+    form_page = client.get(link, follow=True)
+    assert b'id="set-password"' in form_page.content
+    done = client.post(form_page.redirect_chain[-1][0], {"new_password1": "a-long-new-passphrase-42",
+                                                         "new_password2": "a-long-new-passphrase-42"})
+    assert done.status_code == 302 and done["Location"] == "/login/"
+    assert client.login(username="dana", password="a-long-new-passphrase-42")
+    client.logout()
+    assert b'id="invite-invalid"' in client.get(link, follow=True).content  # spent once used
+    viewer = project.memberships.get(user=dana).user
+    _login(client, project.owner)
+    again = client.post(f"/projects/{project.id}/members/", {"username": viewer.username, "role": "viewer",
+                                                              "create": "on"})
+    assert again.status_code == 400 and "already has an account" in again.content.decode()
