@@ -121,3 +121,15 @@ def groups_view(*, run: Run, groups: Iterable[TrajectoryGroup]) -> dict[int, dic
         for tid, text in group_explanations(trajectories=ts).items():
             rewards[tid]["explanation"] = text
     return rewards
+
+
+def group_scenario(*, group: TrajectoryGroup) -> dict[str, Any] | None:
+    """The scenario as the run was launched with it (its frozen config), not as the catalogue row reads now."""
+    for s in (group.run.config or {}).get("scenarios") or []:
+        if s.get("id") == group.scenario_external_id:
+            return {"user_message": s.get("user_message") or "", "context": s.get("context") or "",
+                    "reference": s.get("reference") or ""}
+    if group.scenario is not None:
+        return {"user_message": group.scenario.user_message, "context": group.scenario.context,
+                "reference": group.scenario.reference}
+    return None

@@ -16,6 +16,7 @@ urlpatterns = [
     path("agents/<int:agent_id>/", catalogue.agent_edit, name="agent-edit"),
     path("projects/<int:project_id>/scenario-sets/new/", catalogue.scenario_set_create, name="scenario-set-create"),
     path("scenario-sets/<int:scenario_set_id>/", catalogue.scenario_set_detail, name="scenario-set-detail"),
+    path("scenarios/<int:scenario_id>/", catalogue.scenario_edit, name="scenario-edit"),
     path("projects/<int:project_id>/rubrics/new/", catalogue.rubric_create, name="rubric-create"),
     path("rubrics/<int:rubric_id>/", catalogue.rubric_detail, name="rubric-detail"),
     path("projects/<int:project_id>/judges/new/", catalogue.judge_create, name="judge-create"),

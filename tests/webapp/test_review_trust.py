@@ -230,10 +230,12 @@ def test_resume_says_restart_without_a_checkpoint_and_a_failed_group_is_not_call
 
 
 def test_long_answers_wrap_and_the_scenario_panel_shows_the_reference_answer(client):
-    run = run_factory(status=RunStatus.COMPLETED)
-    scenario = run.scenario_set.scenarios.get(external_id="s1")
-    scenario.reference = "Refunds within 30 days."
-    scenario.save()
+    from tests.webapp.factories import scenario_set_factory
+
+    project = project_factory()
+    scenarios = scenario_set_factory(project=project)
+    scenarios.scenarios.filter(external_id="s1").update(reference="Refunds within 30 days.")
+    run = run_factory(project=project, scenario_set=scenarios, status=RunStatus.COMPLETED)
     trajectories = _group(run, step=1, scores=[0.4, 0.6])
     html = _login(client, run.project.owner).get(f"/groups/{trajectories[0].group_id}/").content.decode()
     assert 'id="scenario-reference">Refunds within 30 days.<' in html
@@ -484,3 +486,34 @@ def test_an_editor_invites_a_new_member_by_link_and_errors_appear_beside_the_mem
     again = client.post(f"/projects/{project.id}/members/", {"username": viewer.username, "role": "viewer",
                                                               "create": "on"})
     assert again.status_code == 400 and "already has an account" in again.content.decode()
+
+
+def test_a_scenario_is_edited_and_deleted_while_unused_and_never_rewritten_once_a_run_used_it(client):
+    from tests.webapp.factories import scenario_set_factory
+
+    project = project_factory()
+    scenarios = scenario_set_factory(project=project, scenarios=3)
+    s1, s2, s3 = scenarios.scenarios.order_by("external_id")
+    _login(client, project.owner)
+    edit = {"external_id": "s1", "user_message": "What is the refund window?", "reference": "30 days",
+            "split": "train"}
+    assert client.post(f"/scenarios/{s1.id}/", edit).status_code == 302
+    s1.refresh_from_db()
+    assert s1.user_message == "What is the refund window?" and s1.reference == "30 days"
+    assert client.post(f"/scenarios/{s3.id}/", {"action": "delete"}).status_code == 302
+    assert not scenarios.scenarios.filter(pk=s3.pk).exists()
+
+    run = run_factory(project=project, scenario_set=scenarios, name="uses-it")
+    page = client.get(f"/scenarios/{s1.id}/").content.decode()
+    assert 'id="scenario-used"' in page and "uses-it" in page and 'id="save-scenario"' not in page
+    refused = client.post(f"/scenarios/{s1.id}/", {**edit, "user_message": "Rewritten?"})
+    assert refused.status_code == 400 and "never rewritten" in refused.content.decode()
+    client.post(f"/scenarios/{s2.id}/", {"action": "delete"})
+    s1.refresh_from_db()
+    assert s1.user_message == "What is the refund window?" and scenarios.scenarios.filter(pk=s2.pk).exists()
+    # The group page shows the scenario as the run was launched with it, reference answer included.
+    trajectories = _group(run, step=1, scores=[0.3, 0.7])
+    html = client.get(f"/groups/{trajectories[0].group_id}/").content.decode()
+    assert 'id="scenario-reference">30 days<' in html
+    viewer_form = client.get(f"/scenario-sets/{scenarios.id}/").content.decode()
+    assert f'href="/scenarios/{s1.id}/"' in viewer_form

@@ -81,6 +81,44 @@ def scenario_create(*, user, scenario_set: ScenarioSet, user_message: str, exter
     return scenario
 
 
+def scenario_runs(*, scenario: Scenario) -> list[str]:
+    """Names of the runs launched with this scenario (each froze its text at launch)."""
+    runs = scenario.scenario_set.runs.only("name", "config")
+    return [r.name for r in runs if any(s.get("id") == scenario.external_id for s in r.config.get("scenarios") or [])]
+
+
+def _unused(scenario: Scenario, doing: str) -> None:
+    used = scenario_runs(scenario=scenario)
+    if used:
+        raise ValidationError(f"scenario {scenario.external_id} cannot be {doing}: run{'s' if len(used) > 1 else ''} "
+                              f"{', '.join(used[:5])}{' …' if len(used) > 5 else ''} used it, and what a run used is "
+                              "never rewritten. Add a new scenario (a new id) for the changed task.")
+
+
+def scenario_update(*, user, scenario: Scenario, user_message: str, context: str = "", reference: str = "",
+                    split: str = Scenario.Split.TRAIN, external_id: str = "", metadata: dict | None = None) -> Scenario:
+    """Edits a scenario no run has used yet."""
+    require_role(user=user, project=scenario.scenario_set.project, role=Role.EDITOR)
+    _unused(scenario, "edited")
+    external_id = external_id.strip() or scenario.external_id
+    if scenario.scenario_set.scenarios.filter(external_id=external_id).exclude(pk=scenario.pk).exists():
+        raise ValidationError({"external_id": [f"id {external_id!r} is already used in this set"]})
+    scenario.external_id, scenario.user_message, scenario.context = external_id, user_message, context
+    scenario.reference, scenario.split = reference, split
+    if metadata is not None:
+        scenario.metadata = metadata
+    scenario.full_clean()
+    scenario.save()
+    return scenario
+
+
+def scenario_delete(*, user, scenario: Scenario) -> None:
+    """Deletes a scenario no run has used yet."""
+    require_role(user=user, project=scenario.scenario_set.project, role=Role.EDITOR)
+    _unused(scenario, "deleted")
+    scenario.delete()
+
+
 def scenario_set_import(*, user, scenario_set: ScenarioSet, file_name: str, data: bytes) -> list[Scenario]:
     """Imports every row of a CSV/JSONL file or none; errors name each bad row (ValidationError on `file`)."""
     require_role(user=user, project=scenario_set.project, role=Role.EDITOR)

@@ -13,7 +13,7 @@ from webapp.forms import (
     AgentForm, JudgeConfigForm, RubricForm, RubricVersionForm, ScenarioForm, ScenarioSetForm, ScenarioUploadForm,
     apply_service_errors,
 )
-from webapp.models import Agent, JudgeConfig, Role, Rubric, ScenarioSet
+from webapp.models import Agent, JudgeConfig, Role, Rubric, Scenario, ScenarioSet
 from webapp.services import catalogue as svc
 from webapp.services import judge_check
 from webapp.views.common import handle_form, is_validation_request, validation_response
@@ -98,6 +98,32 @@ def scenario_set_detail(request: HttpRequest, scenario_set_id: int) -> HttpRespo
         "scenarios": scenario_set.scenarios.order_by("id")[:500], "count": scenario_set.scenarios.count(),
         "form": scenario_form, "upload_form": upload_form,
     }, status=status)
+
+
+@login_required
+def scenario_edit(request: HttpRequest, scenario_id: int) -> HttpResponse:
+    scenario = selectors.in_project_get(user=request.user, model=Scenario, pk=scenario_id,
+                                        path="scenario_set__project", role=Role.EDITOR)
+    used = svc.scenario_runs(scenario=scenario)
+    if request.method == "POST" and request.POST.get("action") == "delete":
+        try:
+            svc.scenario_delete(user=request.user, scenario=scenario)
+            messages.success(request, f"scenario {scenario.external_id} deleted")
+        except ValidationError as err:
+            messages.error(request, " ".join(err.messages))
+            return redirect("scenario-edit", scenario_id=scenario.id)
+        return redirect("scenario-set-detail", scenario_set_id=scenario.scenario_set_id)
+    form = ScenarioForm(request.POST or None, initial={
+        "external_id": scenario.external_id, "user_message": scenario.user_message, "context": scenario.context,
+        "reference": scenario.reference, "split": scenario.split})
+
+    def save(data):
+        svc.scenario_update(user=request.user, scenario=scenario, **data)
+        messages.success(request, f"scenario {scenario.external_id} saved")
+        return redirect("scenario-set-detail", scenario_set_id=scenario.scenario_set_id)
+
+    return handle_form(request, form, save, "webapp/scenario_edit.html", {
+        "project": scenario.scenario_set.project, "scenario": scenario, "used_by": used})
 
 
 @login_required

@@ -42,7 +42,8 @@ def group_detail(request: HttpRequest, group_id: int) -> HttpResponse:
     ids = [int(i) for i in request.GET.getlist("t") if i.isdigit()] or list(
         group.trajectories.order_by("rank", "index").values_list("id", flat=True))
     return render(request, "webapp/compare.html", {
-        "run": group.run, "project": group.run.project, "group": group, "scenario": group.scenario,
+        "run": group.run, "project": group.run.project, "group": group,
+        "scenario": reward_selectors.group_scenario(group=group),
         "columns": review.compare_columns(run=group.run, trajectory_ids=ids),
         "all_trajectories": group.trajectories.order_by("rank", "index"), **review.group_neighbours(group=group),
         "override_form": OverrideForm(), **_role_context(request, group.run.project),
