@@ -175,6 +175,12 @@ def catalogue_for_project(*, project: Project) -> dict[str, QuerySet]:
     }
 
 
+def _fork_origin(run: Run) -> str:
+    parent = run.parent_run.name if run.parent_run else "another run"
+    step = f" step {run.parent_checkpoint.step_index}" if run.parent_checkpoint else ""
+    return f"the checkpoint of {parent}{step}"
+
+
 def run_settings(*, run: Run) -> list[dict[str, Any]]:
     """Every setting the run actually used, read from its frozen config (DESIGN §8 invariant 1): editing the
     agent, judge or rubric afterwards changes none of this. Sections of (label, value) rows."""
@@ -194,8 +200,7 @@ def run_settings(*, run: Run) -> list[dict[str, Any]]:
             ("Group size", grpo.get("group_size")), ("Groups per step", grpo.get("groups_per_step")),
             ("Seed", c.get("seed")), ("KL weight (beta)", grpo.get("beta")),
             ("Review gate", "on" if run.review_gate else "off"),
-            ("Started from", c.get("init_checkpoint") and f"checkpoint of {run.parent_run.name if run.parent_run else '?'}"
-             f" step {run.parent_checkpoint.step_index if run.parent_checkpoint else '?'}")]},
+            ("Started from", c.get("init_checkpoint") and _fork_origin(run))]},
         {"title": "Scenarios", "rows": [
             ("Scenario set", f"{run.scenario_set.name} (as at launch)"),
             ("Training scenarios", f"{len(scenarios)}: " + ", ".join(str(s.get("id")) for s in scenarios[:10])
@@ -229,10 +234,8 @@ def rubric_version_diff(*, rubric: Rubric, old: str | None, new: str | None) -> 
     numbers = list(rubric.versions.order_by("-number").values_list("number", flat=True))
     if len(numbers) < 2:
         return None
-    pick = {n: n for n in numbers}
-    b = pick.get(int(new)) if (new or "").isdigit() else None
-    a = pick.get(int(old)) if (old or "").isdigit() else None
-    b = b or numbers[0]
+    b = int(new) if (new or "").isdigit() and int(new) in numbers else numbers[0]
+    a = int(old) if (old or "").isdigit() and int(old) in numbers else None
     a = a or next((n for n in numbers if n < b), numbers[-1])
     va, vb = rubric.versions.get(number=a), rubric.versions.get(number=b)
     return {"old": va, "new": vb, "numbers": numbers, "segments": answer_diff(va.text, vb.text),

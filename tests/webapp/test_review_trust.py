@@ -30,7 +30,8 @@ def _login(client, user):
 
 
 def _cell(html: str, cls: str) -> list[str]:
-    return [re.sub(r"<[^>]+>", "", m).strip() for m in re.findall(rf'class="(?:[^"]* )?{cls}"[^>]*>(.*?)</td>', html, re.S)]
+    cells = re.findall(rf'class="(?:[^"]* )?{cls}"[^>]*>(.*?)</td>', html, re.S)
+    return [re.sub(r"<[^>]+>", "", m).strip() for m in cells]
 
 
 def _gated_override_story(*, label_only: bool = False):
@@ -415,7 +416,8 @@ def test_a_runs_groups_can_be_searched_by_text_step_label_and_reward(client):
     assert shown("q=nothing-like-this") == set()
     assert "No group matches these filters." in client.get(f"/runs/{run.id}/?q=zzz").content.decode()
     assert shown("min_score=7") == {a[0].group_id, b[0].group_id}  # bad input: an error, no filter
-    assert "Ensure this value is less than or equal to 1.0" in client.get(f"/runs/{run.id}/?min_score=7").content.decode()
+    page = client.get(f"/runs/{run.id}/?min_score=7").content.decode()
+    assert "Ensure this value is less than or equal to 1.0" in page
 
 
 def test_the_playground_filters_stored_groups_and_selects_all_shown(client):
