@@ -124,8 +124,14 @@ def test_editing_an_agent_after_launch_changes_nothing_the_run_shows_or_resumes_
                       overrides={"grpo": {"beta": 0.04}})
     frozen = json.loads(json.dumps(run.config))
     agent_update(user=project.owner, agent=agent, base_model="org/model-v2", system_prompt="Be verbose.")
+    agent.refresh_from_db()
+    assert agent.version == 2  # a used agent is versioned, as rubrics are
+    agent_update(user=project.owner, agent=agent, system_prompt="Be very verbose.")
+    agent.refresh_from_db()
+    assert agent.version == 2  # v2 is not used by any run yet: edited in place
     html = _login(client, project.owner).get(f"/runs/{run.id}/").content.decode()
-    assert 'id="run-model">org/model-v1<' in html and "org/model-v2" not in html and "Be verbose." not in html
+    assert 'id="run-model">org/model-v1<' in html and "org/model-v2" not in html and "verbose." not in html
+    assert "(now v2; this run keeps v1)" in html
     panel = html.split('id="run-config"')[1].split("</details>")[0]
     for setting in ("org/model-v1", "Be brief.", "0.001", "Group size", ">2<", "Seed", "0.04"):
         assert setting in panel, setting

@@ -21,6 +21,9 @@ class Agent(models.Model):
     temperature = models.FloatField(default=1.0)
     top_p = models.FloatField(default=1.0)
     max_tokens = models.PositiveIntegerField(default=256)
+    # Goes up when an agent some run used is edited: the run keeps the settings of the version it was launched
+    # with (frozen in Run.config) and shows "v1 (now v2)".
+    version = models.PositiveIntegerField(default=1)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

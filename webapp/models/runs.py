@@ -27,6 +27,7 @@ class Run(models.Model):
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="runs")
     name = models.CharField(max_length=100)
     agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="runs")
+    agent_version = models.PositiveIntegerField(default=1, help_text="Agent.version at launch.")
     scenario_set = models.ForeignKey(ScenarioSet, on_delete=models.PROTECT, related_name="runs")
     rubric_version = models.ForeignKey(RubricVersion, null=True, blank=True, on_delete=models.PROTECT)
     judge_config = models.ForeignKey(JudgeConfig, null=True, blank=True, on_delete=models.PROTECT)

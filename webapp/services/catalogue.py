@@ -51,10 +51,16 @@ def agent_create(*, user, project: Project, **fields: Any) -> Agent:
 
 
 def agent_update(*, user, agent: Agent, **fields: Any) -> Agent:
+    """An agent a run used becomes a new version (the run keeps its frozen settings); an unused one is edited."""
     require_role(user=user, project=agent.project, role=Role.EDITOR)
+    changed = False
     for key, value in fields.items():
+        if key in AGENT_FIELDS and key != "name" and getattr(agent, key) != value:
+            changed = True
         if key in AGENT_FIELDS:
             setattr(agent, key, value)
+    if changed and agent.runs.filter(agent_version=agent.version).exists():
+        agent.version += 1
     _check_sampling(agent.temperature, agent.top_p, agent.max_tokens)
     _save(agent, unique_message="an agent with this name already exists in the project")
     return agent

@@ -59,7 +59,8 @@ def run_launch(*, user, project: Project, name: str, agent: Agent, scenario_set:
     try:
         with transaction.atomic():
             run = Run.objects.create(
-                project=project, name=name, agent=agent, scenario_set=scenario_set, rubric_version=rubric_version,
+                project=project, name=name, agent=agent, agent_version=agent.version, scenario_set=scenario_set,
+                rubric_version=rubric_version,
                 judge_config=judge_config, config=config, total_steps=config["steps"],
                 created_by=user if getattr(user, "is_authenticated", False) else None,
                 phase="waiting for a worker", review_gate=review_gate, launch_token=launch_token,
