@@ -525,3 +525,15 @@ def test_a_scenario_is_edited_and_deleted_while_unused_and_never_rewritten_once_
     assert 'id="scenario-reference">30 days<' in html
     viewer_form = client.get(f"/scenario-sets/{scenarios.id}/").content.decode()
     assert f'href="/scenarios/{s1.id}/"' in viewer_form
+
+
+def test_the_api_launch_takes_an_idempotency_key(client):
+    from tests.webapp.factories import scenario_set_factory
+
+    project = project_factory()
+    body = {"project": project.id, "name": "api-once", "agent": agent_factory(project=project).id,
+            "scenario_set": scenario_set_factory(project=project).id, "steps": 1, "launch_token": "k-123"}
+    api = _api(project.owner)
+    first, again = api.post("/api/runs/", body, format="json"), api.post("/api/runs/", body, format="json")
+    assert first.status_code == again.status_code == 201 and first.json()["id"] == again.json()["id"]
+    assert Run.objects.filter(project=project).count() == 1 and first.json()["agent_version"] == 1

@@ -25,8 +25,8 @@ class AgentSerializer(serializers.ModelSerializer):
     class Meta:
         model = Agent
         fields = ["id", "project", "name", "base_model", "system_prompt", "environment_kind", "environment_options",
-                  "temperature", "top_p", "max_tokens", "created_at", "updated_at"]
-        read_only_fields = ["created_at", "updated_at"]
+                  "temperature", "top_p", "max_tokens", "version", "created_at", "updated_at"]
+        read_only_fields = ["version", "created_at", "updated_at"]
         validators = []  # uniqueness is the service's answer (same message as the page)
 
 
@@ -103,7 +103,8 @@ class RunSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Run
-        fields = ["id", "project", "name", "agent", "scenario_set", "rubric_version", "judge_config", "config",
+        fields = ["id", "project", "name", "agent", "agent_version", "scenario_set", "rubric_version", "judge_config",
+                  "config",
                   "review_gate", "reviewed_through_step", "parent_run", "parent_checkpoint", "status", "phase", "error", "cancel_requested", "total_steps", "steps_done", "uses_judge",
                   "worker", "heartbeat_at", "attempts", "created_at", "started_at", "finished_at"]
         read_only_fields = fields
@@ -123,6 +124,9 @@ class RunCreateSerializer(serializers.Serializer):
     seed = serializers.IntegerField(min_value=0, default=0)
     overrides = serializers.DictField(required=False, default=dict)
     review_gate = serializers.BooleanField(required=False, default=False)
+    launch_token = serializers.CharField(required=False, allow_blank=True, max_length=64, default="",
+                                         help_text="Idempotency key: a repeated request with the same key returns "
+                                                   "the run the first one created.")
 
 
 class StepSerializer(serializers.ModelSerializer):
