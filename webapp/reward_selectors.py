@@ -13,7 +13,7 @@ from collections import defaultdict
 from typing import Any, Iterable
 
 from judging.prompt import canonical
-from webapp.models import Run, ScoreOverride, Trajectory, TrajectoryGroup
+from webapp.models import Run, RunStatus, ScoreOverride, Trajectory, TrajectoryGroup
 from webapp.models.runs import trajectory_label
 
 
@@ -21,7 +21,7 @@ def _trained(run: Run, step: int) -> tuple[bool, bool]:
     """(handed over to the engine by the review path, trained at all)."""
     handed = step <= run.reviewed_through_step
     # A step the engine finished without asking for review (older engines) trained on the judge's rewards.
-    return handed, handed or step <= run.steps_done
+    return handed, handed or step <= run.steps_done or run.status == RunStatus.COMPLETED
 
 
 def trajectory_rewards(*, run: Run, trajectories: Iterable[Trajectory]) -> dict[int, dict[str, Any]]:
@@ -88,13 +88,16 @@ def _calls(trajectories: list[Trajectory]) -> list[dict[str, Any]]:
     return []
 
 
-def explanation_for_people(*, text: str, trajectories: list[Trajectory]) -> str:
+def explanation_for_people(*, text: str, trajectories: list[Trajectory],
+                           calls: list[dict[str, Any]] | None = None) -> str:
     """`text` (one of this group's judge explanations) with the judge's presentation numbers replaced by the
-    stable labels of the pass it came from. Plain text in, plain text out: templates still escape it."""
+    stable labels of the pass it came from. `calls`: the judge calls that scored the group (default: the ones
+    recorded with the run). Plain text in, plain text out: templates still escape it."""
     if not text or not _MENTION.search(text):
         return text
     needles = {json.dumps(text)[1:-1], json.dumps(text, ensure_ascii=False)[1:-1]}
-    for call in _calls(trajectories):
+    accepted = [c for c in calls if not c.get("rejected")] if calls is not None else _calls(trajectories)
+    for call in accepted:
         reply = str(call.get("raw_reply") or "")
         if any(n in reply for n in needles) and (labels := _presentation_labels(trajectories, call)):
             return _MENTION.sub(lambda m: f"{m.group(1)}{m.group(2).replace('#', '')}{labels[int(m.group(3))]}"

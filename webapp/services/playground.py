@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from webapp.models import JudgeConfig, Project, Rescore, Role, RubricVersion, Trajectory, TrajectoryGroup
 from webapp.services.access import require_role
+from webapp.reward_selectors import explanation_for_people
 from webapp.services.catalogue import _clean_criteria, rubric_version_create
 from webapp.services.secrets import secret_decrypt
 
@@ -96,13 +97,15 @@ def _group_record(group: TrajectoryGroup, trajectories: list[Trajectory], judgem
     current = [t.judge_score if t.judge_score is not None else t.reward for t in trajectories]
     new = [s.score for s in judgement.scores] if judgement is not None else [None] * len(trajectories)
     old_rank, new_rank = _ranks(current), _ranks(new)
+    calls = [c.model_dump() for c in judgement.calls] if judgement is not None else []
     rows = []
     for i, t in enumerate(trajectories):
         rows.append({
             "id": t.id, "index": t.index, "answer": t.final_answer[:ANSWER_PREVIEW], "human": t.override_score,
             "current": current[i], "new": new[i], "rank_current": old_rank[i], "rank_new": new_rank[i],
             "delta": None if new[i] is None or current[i] is None else new[i] - current[i],
-            "explanation": judgement.scores[i].explanation if judgement is not None else "",
+            "explanation": explanation_for_people(text=judgement.scores[i].explanation, trajectories=trajectories,
+                                                  calls=calls) if judgement is not None else "",
             "criteria": dict(judgement.scores[i].criteria) if judgement is not None else {},
         })
     return {"group_id": group.id, "run_id": group.run_id, "step": group.step_index, "group_index": group.index,
