@@ -569,3 +569,14 @@ def test_the_playground_shows_the_candidates_explanations_with_the_stable_labels
     assert shown[0] == shown[1] == "worse than trajectory C" and shown[2] == "best"
     html = _login(client, project.owner).get(f"/playground/{rescore.id}/").content.decode()
     assert "worse than trajectory C" in html
+
+
+def test_a_failed_run_says_why_in_one_line_and_keeps_the_traceback_folded(client):
+    error = ("the engine exited with code 1 without finishing the run; last output:\nTraceback (most recent call "
+             "last):\n  File \"loop.py\", line 3\nRuntimeError: <boom>")
+    run = run_factory(status=RunStatus.FAILED, error=error)
+    html = _login(client, run.project.owner).get(f"/runs/{run.id}/").content.decode()
+    assert re.search(r'id="run-error">the engine exited with code 1 without finishing the run; last output:<', html)
+    details = html.split('id="run-error-details"')[1].split("</details>")[0]
+    assert "Traceback" in details and "&lt;boom&gt;" in details
+    assert "Traceback" not in html.split('id="run-error-details"')[0]
