@@ -15,7 +15,7 @@ from django.http import Http404
 
 from judging.agreement import compare
 from webapp.models import Project, Run, ScoreOverride, Trajectory, TrajectoryGroup
-from webapp.reward_selectors import group_explanations, trajectory_rewards
+from webapp.reward_selectors import group_explanations, group_scenario, trajectory_rewards
 
 MAX_COLUMNS = 6
 
@@ -250,7 +250,7 @@ def run_groups_jsonl(*, run: Run, step: int | None = None) -> Iterable[str]:
     """The run's scored groups, one JSON line each, in the format `python -m judging score` reads (judging/cli.py
     GroupLine): re-score them from a terminal. Trajectories are named by their stable labels, so the CLI's output
     matches the pages; a group's id says where it came from."""
-    groups = run.groups.order_by("step_index", "index").select_related("scenario")
+    groups = run.groups.order_by("step_index", "index").select_related("scenario")  # a fallback of group_scenario
     if step is not None:
         groups = groups.filter(step_index=step)
     for group in groups.prefetch_related(Prefetch("trajectories", queryset=Trajectory.objects.order_by("index"))):
@@ -262,8 +262,8 @@ def run_groups_jsonl(*, run: Run, step: int | None = None) -> Iterable[str]:
                                 "trajectories": [{"id": t.label, "messages": t.messages} for t in members]}
         if members[0].tools:
             line["tools"] = members[0].tools
-        if group.scenario is not None and group.scenario.reference:
-            line["reference"] = group.scenario.reference
+        if (scenario := group_scenario(group=group)) and scenario["reference"]:
+            line["reference"] = scenario["reference"]
         yield json.dumps(line, ensure_ascii=False) + "\n"
 
 

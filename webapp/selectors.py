@@ -169,7 +169,8 @@ def run_judge_cost(*, run: Run) -> dict[str, Any]:
 def catalogue_for_project(*, project: Project) -> dict[str, QuerySet]:
     return {
         "agents": Agent.objects.filter(project=project),
-        "scenario_sets": ScenarioSet.objects.filter(project=project).annotate(n=Count("scenarios")),
+        "scenario_sets": ScenarioSet.objects.filter(project=project).annotate(
+            n=Count("scenarios", filter=Q(scenarios__retired=False))),
         "rubrics": Rubric.objects.filter(project=project).annotate(n=Count("versions")),
         "judges": JudgeConfig.objects.filter(project=project),
     }

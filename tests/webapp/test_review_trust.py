@@ -496,7 +496,7 @@ def test_an_editor_invites_a_new_member_by_link_and_errors_appear_beside_the_mem
     assert again.status_code == 400 and "already has an account" in again.content.decode()
 
 
-def test_a_scenario_is_edited_and_deleted_while_unused_and_never_rewritten_once_a_run_used_it(client):
+def test_a_scenario_is_edited_and_deleted_while_unused_and_versioned_once_a_run_used_it(client):
     from tests.webapp.factories import scenario_set_factory
 
     project = project_factory()
@@ -507,68 +507,32 @@ def test_a_scenario_is_edited_and_deleted_while_unused_and_never_rewritten_once_
             "split": "train"}
     assert client.post(f"/scenarios/{s1.id}/", edit).status_code == 302
     s1.refresh_from_db()
-    assert s1.user_message == "What is the refund window?" and s1.reference == "30 days"
+    assert s1.user_message == "What is the refund window?" and s1.reference == "30 days" and s1.version == 1
     assert client.post(f"/scenarios/{s3.id}/", {"action": "delete"}).status_code == 302
     assert not scenarios.scenarios.filter(pk=s3.pk).exists()
 
     run = run_factory(project=project, scenario_set=scenarios, name="uses-it")
     page = client.get(f"/scenarios/{s1.id}/").content.decode()
-    assert 'id="scenario-used"' in page and "uses-it" in page and 'id="save-scenario"' not in page
-    refused = client.post(f"/scenarios/{s1.id}/", {**edit, "user_message": "Rewritten?"})
-    assert refused.status_code == 400 and "never rewritten" in refused.content.decode()
-    client.post(f"/scenarios/{s2.id}/", {"action": "delete"})
+    assert 'id="scenario-used"' in page and "uses-it" in page
+    client.post(f"/scenarios/{s1.id}/", {**edit, "user_message": "What is the refund window for gifts?"})
     s1.refresh_from_db()
-    assert s1.user_message == "What is the refund window?" and scenarios.scenarios.filter(pk=s2.pk).exists()
+    assert s1.retired and s1.user_message == "What is the refund window?"  # never rewritten
+    current = scenarios.scenarios.get(external_id="s1", retired=False)
+    assert current.version == 2 and current.user_message == "What is the refund window for gifts?"
+    assert 'id="scenario-retired"' in client.get(f"/scenarios/{s1.id}/").content.decode()
+    client.post(f"/scenarios/{s2.id}/", {"action": "delete"})  # used: retired, kept
+    s2.refresh_from_db()
+    assert s2.retired
+    later = run_factory(project=project, scenario_set=scenarios, name="later")
+    assert [(x["id"], x["user_message"]) for x in later.config["scenarios"]] == [
+        ("s1", "What is the refund window for gifts?")]
+    assert [x["user_message"] for x in run.config["scenarios"] if x["id"] == "s1"] == ["What is the refund window?"]
+    listing = client.get(f"/scenario-sets/{scenarios.id}/").content.decode()
+    assert f'href="/scenarios/{current.id}/"' in listing and f'href="/scenarios/{s1.id}/"' not in listing
     # The group page shows the scenario as the run was launched with it, reference answer included.
     trajectories = _group(run, step=1, scores=[0.3, 0.7])
     html = client.get(f"/groups/{trajectories[0].group_id}/").content.decode()
-    assert 'id="scenario-reference">30 days<' in html
-    viewer_form = client.get(f"/scenario-sets/{scenarios.id}/").content.decode()
-    assert f'href="/scenarios/{s1.id}/"' in viewer_form
-
-
-def test_the_api_launch_takes_an_idempotency_key(client):
-    from tests.webapp.factories import scenario_set_factory
-
-    project = project_factory()
-    body = {"project": project.id, "name": "api-once", "agent": agent_factory(project=project).id,
-            "scenario_set": scenario_set_factory(project=project).id, "steps": 1, "launch_token": "k-123"}
-    api = _api(project.owner)
-    first, again = api.post("/api/runs/", body, format="json"), api.post("/api/runs/", body, format="json")
-    assert first.status_code == again.status_code == 201 and first.json()["id"] == again.json()["id"]
-    assert Run.objects.filter(project=project).count() == 1 and first.json()["agent_version"] == 1
-
-
-@pytest.mark.django_db(transaction=True)
-def test_the_playground_shows_the_candidates_explanations_with_the_stable_labels(client, judge_double,
-                                                                                  inprocess_executor, monkeypatch):
-    from webapp.execution.executors import wait_idle
-
-    def respond(request) -> dict:
-        """Scores by the answer, and each explanation names the best answer by the judge's own number."""
-        blocks = request.trajectory_blocks()
-        best = max(blocks, key=lambda tid: "faithful" in blocks[tid])
-        return {"scores": [{"trajectory_id": tid, "score": 0.9 if tid == best else 0.2,
-                            "explanation": "best" if tid == best else f"worse than trajectory {best}"}
-                           for tid in blocks]}
-
-    monkeypatch.setenv("JUDGE_DOUBLE_API_KEY", "test")
-    judge_double.responder = respond
-    project = project_factory()
-    judge = judge_factory(project=project, model=judge_double.model, api_base=judge_double.api_base,
-                          api_key_env="JUDGE_DOUBLE_API_KEY")
-    run = run_factory(project=project, status=RunStatus.COMPLETED)
-    trajectories = _group(run, step=1, scores=[0.5, 0.4, 0.3], answers=["vague", "short", "faithful answer"])
-    created = _api(project.owner).post("/api/playground/", {
-        "project": project.id, "group_ids": [trajectories[0].group_id], "judge_config": judge.id,
-        "rubric_text": "Prefer faithful answers."}, format="json")
-    wait_idle(timeout=60)
-    rescore = Rescore.objects.get(pk=created.json()["id"])
-    assert rescore.status == "done", rescore.error
-    shown = {row["index"]: row["explanation"] for row in rescore.results[0]["trajectories"]}
-    assert shown[0] == shown[1] == "worse than trajectory C" and shown[2] == "best"
-    html = _login(client, project.owner).get(f"/playground/{rescore.id}/").content.decode()
-    assert "worse than trajectory C" in html
+    assert "What is the refund window?<" in html and 'id="scenario-reference">30 days<' in html
 
 
 def test_a_failed_run_says_why_in_one_line_and_keeps_the_traceback_folded(client):

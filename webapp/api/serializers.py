@@ -43,13 +43,16 @@ class ScenarioSerializer(serializers.ModelSerializer):
 
 
 class ScenarioSetSerializer(serializers.ModelSerializer):
-    scenario_count = serializers.IntegerField(source="scenarios.count", read_only=True)
+    scenario_count = serializers.SerializerMethodField()
 
     class Meta:
         model = ScenarioSet
         fields = ["id", "project", "name", "description", "scenario_count", "created_at"]
         read_only_fields = ["created_at"]
         validators = []
+
+    def get_scenario_count(self, obj: ScenarioSet) -> int:
+        return obj.scenarios.filter(retired=False).count()
 
 
 class UploadSerializer(serializers.Serializer):
@@ -204,9 +207,6 @@ class ReorderSerializer(serializers.Serializer):
 
 
 class ScoreOverrideSerializer(serializers.ModelSerializer):
-    def get_trajectory_label(self, obj: ScoreOverride) -> str:
-        return trajectory_label(obj.trajectory_index)
-
     user = serializers.CharField(source="user.username", default=None, read_only=True)
     trajectory_label = serializers.SerializerMethodField()
 
@@ -215,6 +215,9 @@ class ScoreOverrideSerializer(serializers.ModelSerializer):
         fields = ["id", "run", "trajectory", "group", "step_index", "group_index", "trajectory_index",
                   "trajectory_label", "kind",
                   "judge_score", "before", "after", "reason", "applies_to_training", "user", "created_at"]
+
+    def get_trajectory_label(self, obj: ScoreOverride) -> str:
+        return trajectory_label(obj.trajectory_index)
 
 
 class ForkSerializer(serializers.Serializer):

@@ -77,8 +77,8 @@ def scenario_create(*, user, scenario_set: ScenarioSet, user_message: str, exter
                     context: str = "", reference: str = "", split: str = Scenario.Split.TRAIN,
                     metadata: dict | None = None) -> Scenario:
     require_role(user=user, project=scenario_set.project, role=Role.EDITOR)
-    external_id = external_id.strip() or f"s{scenario_set.scenarios.count() + 1}"
-    if scenario_set.scenarios.filter(external_id=external_id).exists():
+    external_id = external_id.strip() or f"s{scenario_set.scenarios.filter(retired=False).count() + 1}"
+    if scenario_set.scenarios.filter(external_id=external_id, retired=False).exists():
         raise ValidationError({"external_id": [f"id {external_id!r} is already used in this set"]})
     scenario = Scenario(scenario_set=scenario_set, external_id=external_id, user_message=user_message,
                         context=context, reference=reference, split=split, metadata=metadata or {})
@@ -88,41 +88,47 @@ def scenario_create(*, user, scenario_set: ScenarioSet, user_message: str, exter
 
 
 def scenario_runs(*, scenario: Scenario) -> list[str]:
-    """Names of the runs launched with this scenario (each froze its text at launch)."""
+    """Names of the runs launched with this version of the scenario (each froze its id and text at launch)."""
+    frozen = (scenario.external_id, scenario.user_message, scenario.context or None, scenario.reference or None)
     runs = scenario.scenario_set.runs.only("name", "config")
-    return [r.name for r in runs if any(s.get("id") == scenario.external_id for s in r.config.get("scenarios") or [])]
-
-
-def _unused(scenario: Scenario, doing: str) -> None:
-    used = scenario_runs(scenario=scenario)
-    if used:
-        raise ValidationError(f"scenario {scenario.external_id} cannot be {doing}: run{'s' if len(used) > 1 else ''} "
-                              f"{', '.join(used[:5])}{' …' if len(used) > 5 else ''} used it, and what a run used is "
-                              "never rewritten. Add a new scenario (a new id) for the changed task.")
+    return [r.name for r in runs if any((x.get("id"), x.get("user_message"), x.get("context"), x.get("reference"))
+                                        == frozen for x in r.config.get("scenarios") or [])]
 
 
 def scenario_update(*, user, scenario: Scenario, user_message: str, context: str = "", reference: str = "",
                     split: str = Scenario.Split.TRAIN, external_id: str = "", metadata: dict | None = None) -> Scenario:
-    """Edits a scenario no run has used yet."""
+    """Edits a scenario no run has used yet; a used one gets a new version (same id) and is itself kept, retired,
+    as the runs that used it saw it. Returns the current version."""
     require_role(user=user, project=scenario.scenario_set.project, role=Role.EDITOR)
-    _unused(scenario, "edited")
+    if scenario.retired:
+        raise ValidationError("this is an old version of the scenario: edit the current one")
     external_id = external_id.strip() or scenario.external_id
-    if scenario.scenario_set.scenarios.filter(external_id=external_id).exclude(pk=scenario.pk).exists():
+    if scenario.scenario_set.scenarios.filter(external_id=external_id, retired=False).exclude(pk=scenario.pk).exists():
         raise ValidationError({"external_id": [f"id {external_id!r} is already used in this set"]})
-    scenario.external_id, scenario.user_message, scenario.context = external_id, user_message, context
-    scenario.reference, scenario.split = reference, split
-    if metadata is not None:
-        scenario.metadata = metadata
-    scenario.full_clean()
-    scenario.save()
+    used = bool(scenario_runs(scenario=scenario))
+    if used and external_id != scenario.external_id:
+        raise ValidationError({"external_id": ["runs used this id: keep it (the new version keeps the id)"]})
+    with transaction.atomic():
+        if used:
+            Scenario.objects.filter(pk=scenario.pk).update(retired=True)
+            scenario = Scenario(scenario_set=scenario.scenario_set, version=scenario.version + 1,
+                                metadata=scenario.metadata)
+        scenario.external_id, scenario.user_message, scenario.context = external_id, user_message, context
+        scenario.reference, scenario.split = reference, split
+        if metadata is not None:
+            scenario.metadata = metadata
+        scenario.full_clean()
+        scenario.save()
     return scenario
 
 
 def scenario_delete(*, user, scenario: Scenario) -> None:
-    """Deletes a scenario no run has used yet."""
+    """Deletes a scenario no run has used yet; a used one is retired (no new run gets it; the old runs keep it)."""
     require_role(user=user, project=scenario.scenario_set.project, role=Role.EDITOR)
-    _unused(scenario, "deleted")
-    scenario.delete()
+    if scenario_runs(scenario=scenario):
+        Scenario.objects.filter(pk=scenario.pk).update(retired=True)
+    else:
+        scenario.delete()
 
 
 def scenario_set_import(*, user, scenario_set: ScenarioSet, file_name: str, data: bytes) -> list[Scenario]:
@@ -131,7 +137,7 @@ def scenario_set_import(*, user, scenario_set: ScenarioSet, file_name: str, data
     parsed = parse_scenario_file(name=file_name, data=data)
     errors = list(parsed.errors)
     if not errors:
-        taken = set(scenario_set.scenarios.filter(external_id__in=[r.external_id for r in parsed.rows])
+        taken = set(scenario_set.scenarios.filter(retired=False, external_id__in=[r.external_id for r in parsed.rows])
                     .values_list("external_id", flat=True))
         errors = [f"id {r.external_id!r} already exists in this set" for r in parsed.rows if r.external_id in taken]
     if errors:

@@ -95,7 +95,8 @@ def scenario_set_detail(request: HttpRequest, scenario_set_id: int) -> HttpRespo
             status = 400
     return render(request, "webapp/scenario_set_detail.html", {
         "project": scenario_set.project, "scenario_set": scenario_set, "can_edit": role == Role.EDITOR,
-        "scenarios": scenario_set.scenarios.order_by("id")[:500], "count": scenario_set.scenarios.count(),
+        "scenarios": scenario_set.scenarios.filter(retired=False).order_by("id")[:500],
+        "count": scenario_set.scenarios.filter(retired=False).count(),
         "form": scenario_form, "upload_form": upload_form,
     }, status=status)
 
@@ -106,20 +107,19 @@ def scenario_edit(request: HttpRequest, scenario_id: int) -> HttpResponse:
                                         path="scenario_set__project", role=Role.EDITOR)
     used = svc.scenario_runs(scenario=scenario)
     if request.method == "POST" and request.POST.get("action") == "delete":
-        try:
-            svc.scenario_delete(user=request.user, scenario=scenario)
-            messages.success(request, f"scenario {scenario.external_id} deleted")
-        except ValidationError as err:
-            messages.error(request, " ".join(err.messages))
-            return redirect("scenario-edit", scenario_id=scenario.id)
+        svc.scenario_delete(user=request.user, scenario=scenario)
+        messages.success(request, f"scenario {scenario.external_id} " + (
+            "retired: no new run gets it, the runs that used it keep it" if used else "deleted"))
         return redirect("scenario-set-detail", scenario_set_id=scenario.scenario_set_id)
     form = ScenarioForm(request.POST or None, initial={
         "external_id": scenario.external_id, "user_message": scenario.user_message, "context": scenario.context,
         "reference": scenario.reference, "split": scenario.split})
 
     def save(data):
-        svc.scenario_update(user=request.user, scenario=scenario, **data)
-        messages.success(request, f"scenario {scenario.external_id} saved")
+        current = svc.scenario_update(user=request.user, scenario=scenario, **data)
+        messages.success(request, f"scenario {current.external_id} saved" + (
+            f" as version {current.version}; the runs that used version {scenario.version} keep it"
+            if current.pk != scenario.pk else ""))
         return redirect("scenario-set-detail", scenario_set_id=scenario.scenario_set_id)
 
     return handle_form(request, form, save, "webapp/scenario_edit.html", {
