@@ -200,7 +200,8 @@ def run_agreement(*, run: Run) -> dict[str, Any]:
     # figures use only groups with two or more (one label has nothing to rank against).
     return {"overall": _report(list(groups.values())), "human_scores": touched.count(),
             "labelled_groups": len(groups),
-            "steps": [{"step": step, **_report(by_step[step])} for step in sorted(by_step)]}
+            # only steps with something to plot: a step whose groups have one label each has no agreement yet
+            "steps": [row for step in sorted(by_step) if (row := {"step": step, **_report(by_step[step])})["groups"]]}
 
 
 def project_agreement_by_version(*, project: Project) -> list[dict[str, Any]]:

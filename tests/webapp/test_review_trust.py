@@ -544,3 +544,14 @@ def test_a_failed_run_says_why_in_one_line_and_keeps_the_traceback_folded(client
     details = html.split('id="run-error-details"')[1].split("</details>")[0]
     assert "Traceback" in details and "&lt;boom&gt;" in details
     assert "Traceback" not in html.split('id="run-error-details"')[0]
+
+
+def test_the_agreement_chart_waits_for_a_group_with_two_human_scores(client):
+    run = run_factory(status=RunStatus.COMPLETED)
+    trajectories = _group(run, step=1, scores=[0.9, 0.5, 0.1])
+    trajectory_override(user=run.project.owner, trajectory=trajectories[0], score=0.2, reason="wrong")
+    html = _login(client, run.project.owner).get(f"/runs/{run.id}/review/").content.decode()
+    assert 'id="agreement-chart-empty"' in html and 'id="agreement-chart"' not in html
+    trajectory_override(user=run.project.owner, trajectory=trajectories[1], score=0.9, reason="right")
+    html = client.get(f"/runs/{run.id}/review/").content.decode()
+    assert 'id="agreement-chart"' in html and 'data-steps="1"' in html
