@@ -535,6 +535,50 @@ def test_a_scenario_is_edited_and_deleted_while_unused_and_versioned_once_a_run_
     assert "What is the refund window?<" in html and 'id="scenario-reference">30 days<' in html
 
 
+def test_the_api_launch_takes_an_idempotency_key(client):
+    from tests.webapp.factories import scenario_set_factory
+
+    project = project_factory()
+    body = {"project": project.id, "name": "api-once", "agent": agent_factory(project=project).id,
+            "scenario_set": scenario_set_factory(project=project).id, "steps": 1, "launch_token": "k-123"}
+    api = _api(project.owner)
+    first, again = api.post("/api/runs/", body, format="json"), api.post("/api/runs/", body, format="json")
+    assert first.status_code == again.status_code == 201 and first.json()["id"] == again.json()["id"]
+    assert Run.objects.filter(project=project).count() == 1 and first.json()["agent_version"] == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_playground_shows_the_candidates_explanations_with_the_stable_labels(client, judge_double,
+                                                                                  inprocess_executor, monkeypatch):
+    from webapp.execution.executors import wait_idle
+
+    def respond(request) -> dict:
+        """Scores by the answer, and each explanation names the best answer by the judge's own number."""
+        blocks = request.trajectory_blocks()
+        best = max(blocks, key=lambda tid: "faithful" in blocks[tid])
+        return {"scores": [{"trajectory_id": tid, "score": 0.9 if tid == best else 0.2,
+                            "explanation": "best" if tid == best else f"worse than trajectory {best}"}
+                           for tid in blocks]}
+
+    monkeypatch.setenv("JUDGE_DOUBLE_API_KEY", "test")
+    judge_double.responder = respond
+    project = project_factory()
+    judge = judge_factory(project=project, model=judge_double.model, api_base=judge_double.api_base,
+                          api_key_env="JUDGE_DOUBLE_API_KEY")
+    run = run_factory(project=project, status=RunStatus.COMPLETED)
+    trajectories = _group(run, step=1, scores=[0.5, 0.4, 0.3], answers=["vague", "short", "faithful answer"])
+    created = _api(project.owner).post("/api/playground/", {
+        "project": project.id, "group_ids": [trajectories[0].group_id], "judge_config": judge.id,
+        "rubric_text": "Prefer faithful answers."}, format="json")
+    wait_idle(timeout=60)
+    rescore = Rescore.objects.get(pk=created.json()["id"])
+    assert rescore.status == "done", rescore.error
+    shown = {row["index"]: row["explanation"] for row in rescore.results[0]["trajectories"]}
+    assert shown[0] == shown[1] == "worse than trajectory C" and shown[2] == "best"
+    html = _login(client, project.owner).get(f"/playground/{rescore.id}/").content.decode()
+    assert "worse than trajectory C" in html
+
+
 def test_a_failed_run_says_why_in_one_line_and_keeps_the_traceback_folded(client):
     error = ("the engine exited with code 1 without finishing the run; last output:\nTraceback (most recent call "
              "last):\n  File \"loop.py\", line 3\nRuntimeError: <boom>")
