@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 from django import forms
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
-from webapp.models import Agent, JudgeConfig, Role, Scenario
+from webapp.models import Agent, JudgeConfig, Role, RubricVersion, Scenario
 from webapp.models.catalogue import MESSAGE_MAX, PROMPT_MAX
 from webapp.services import run_config as defaults
 
@@ -54,6 +55,8 @@ class ProjectForm(forms.Form):
 class MemberForm(forms.Form):
     username = forms.CharField(max_length=150)
     role = forms.ChoiceField(choices=Role.choices)
+    create = forms.BooleanField(required=False, label="create an account (invite link)")
+    email = forms.EmailField(required=False, widget=forms.EmailInput(attrs={"placeholder": "email (optional)"}))
 
 
 class AgentForm(forms.Form):
@@ -97,10 +100,29 @@ class ScenarioUploadForm(forms.Form):
         return upload
 
 
+class LongTextField(forms.CharField):
+    """Long pasted text: no `maxlength` attribute (a browser silently cuts a paste there, mid-word); a visible
+    counter instead (static/webapp/counter.js) and, over the limit, an error that says by how much."""
+
+    def __init__(self, *, limit: int, **kwargs: Any) -> None:
+        self.limit = limit
+        super().__init__(**kwargs)
+
+    def widget_attrs(self, widget: forms.Widget) -> dict[str, Any]:
+        return {**super().widget_attrs(widget), "data-limit": str(self.limit)}
+
+    def validate(self, value: Any) -> None:
+        super().validate(value)
+        if value and len(value) > self.limit:
+            raise ValidationError(f"the text is {len(value):,} characters; the limit is {self.limit:,}. Nothing "
+                                  "was cut: shorten it and save again.")
+
+
 class RubricForm(forms.Form):
     name = forms.CharField(max_length=200)
-    text = forms.CharField(max_length=PROMPT_MAX, widget=forms.Textarea(attrs={"rows": 8}),
-                           help_text="Plain English: what makes one answer better than another.")
+    text = LongTextField(limit=PROMPT_MAX, widget=forms.Textarea(attrs={"rows": 8}),
+                         help_text=f"Plain English: what makes one answer better than another. At most "
+                                   f"{PROMPT_MAX:,} characters.")
     criteria = forms.CharField(
         required=False, widget=forms.Textarea(attrs={"rows": 3, "class": "mono"}),
         help_text="Optional, one per line: name | weight | description (e.g. `faithful | 2 | uses only the context`).",
@@ -157,7 +179,10 @@ class LaunchForm(forms.Form):
     agent = forms.ModelChoiceField(queryset=None)  # type: ignore[arg-type]
     scenario_set = forms.ModelChoiceField(queryset=None)  # type: ignore[arg-type]
     rubric = forms.ModelChoiceField(queryset=None, required=False,  # type: ignore[arg-type]
-                                    help_text="Its latest version is used. Needs a judge.")
+                                    help_text="Needs a judge.")
+    rubric_version = forms.ModelChoiceField(queryset=None, required=False,  # type: ignore[arg-type]
+                                            label="Rubric version", empty_label="the latest version",
+                                            help_text="Default: the rubric's latest version, frozen into the run.")
     judge_config = forms.ModelChoiceField(queryset=None, required=False, label="Judge",  # type: ignore[arg-type]
                                           help_text="None: train on the environment's verifiable reward.")
     steps = forms.IntegerField(min_value=1, max_value=100000, initial=defaults.DEFAULT_STEPS)
@@ -171,16 +196,31 @@ class LaunchForm(forms.Form):
     review_gate = forms.BooleanField(required=False, label="Review gate",
                                      help_text="Wait for a reviewer's approval after each step's scoring; "
                                                "the step trains on the reviewed scores.")
+    # One per rendered form: Back and Launch again (or a double click) submits the same token, one run.
+    launch_token = forms.CharField(required=False, max_length=64, widget=forms.HiddenInput())
 
     def __init__(self, *args: Any, project, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        if not self.is_bound:
+            self.initial.setdefault("launch_token", uuid.uuid4().hex)
         self.fields["agent"].queryset = project.agents.all()
         self.fields["scenario_set"].queryset = project.scenario_sets.all()
         self.fields["rubric"].queryset = project.rubrics.all()
+        self.fields["rubric_version"].queryset = (RubricVersion.objects.filter(rubric__project=project)
+                                                  .select_related("rubric").order_by("rubric__name", "-number"))
         self.fields["judge_config"].queryset = project.judge_configs.all()
+        rubrics, judges = list(project.rubrics.all()[:2]), list(project.judge_configs.all()[:2])
+        if not self.is_bound and len(rubrics) == 1 and len(judges) == 1:  # nothing to choose: chosen
+            self.initial.setdefault("rubric", rubrics[0])
+            self.initial.setdefault("judge_config", judges[0])
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
+        version = data.get("rubric_version")
+        if version is not None and data.get("rubric") not in (None, version.rubric):
+            self.add_error("rubric_version", f"{version} is not a version of {data['rubric']}")
+        elif version is not None:
+            data["rubric"] = version.rubric
         if data.get("rubric") and not data.get("judge_config"):
             self.add_error("judge_config", "a rubric needs a judge to apply it")
         return data
@@ -262,3 +302,41 @@ class PlaygroundForm(RubricForm):
         self.fields["base_version"].queryset = (RubricVersion.objects.filter(rubric__project=project)
                                                 .select_related("rubric").order_by("rubric__name", "-number"))
         self.fields["judge_config"].queryset = project.judge_configs.all()
+
+
+class GroupSearchForm(forms.Form):
+    """Search and filter a run's groups (GET): a group is shown when one of its trajectories matches it all."""
+    q = forms.CharField(required=False, max_length=200, label="Text",
+                        widget=forms.TextInput(attrs={"placeholder": "answer, explanation or scenario id"}))
+    step = forms.IntegerField(required=False, min_value=0)
+    labelled = forms.ChoiceField(required=False, choices=[("", "any"), ("yes", "human-scored"),
+                                                          ("no", "not human-scored")], label="Label")
+    min_score = forms.FloatField(required=False, min_value=0.0, max_value=1.0, label="Reward ≥")
+    max_score = forms.FloatField(required=False, min_value=0.0, max_value=1.0, label="Reward ≤")
+
+    def search(self) -> dict[str, Any] | None:
+        """The filters given, or None (no filter, or invalid input: shown as the form's errors)."""
+        if not self.is_bound or not self.is_valid():
+            return None
+        given = {k: v for k, v in self.cleaned_data.items() if v not in (None, "")}
+        return given or None
+
+
+class PlaygroundFilterForm(forms.Form):
+    """Which stored groups the playground lists (GET)."""
+    run = forms.ModelChoiceField(queryset=None, required=False, empty_label="any run")  # type: ignore[arg-type]
+    step = forms.IntegerField(required=False, min_value=0)
+    labelled = forms.ChoiceField(required=False, choices=[("", "any"), ("yes", "human-labelled"),
+                                                          ("no", "not labelled")], label="Labels")
+    disagreement = forms.BooleanField(required=False, label="Judge and people (or passes) disagree")
+
+    def __init__(self, *args: Any, project, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["run"].queryset = project.runs.order_by("-created_at", "-id")
+
+    def filters(self) -> dict[str, Any]:
+        if not self.is_valid():
+            return {}
+        data = self.cleaned_data
+        return {"run_id": data["run"].id if data.get("run") else None, "step": data.get("step"),
+                "labelled": data.get("labelled") or "", "disagreement": bool(data.get("disagreement"))}

@@ -5,6 +5,7 @@ Callers pass objects already fetched through `selectors` (membership checked).
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from collections import defaultdict
 from typing import Any, Iterable
@@ -14,6 +15,7 @@ from django.http import Http404
 
 from judging.agreement import compare
 from webapp.models import Project, Run, ScoreOverride, Trajectory, TrajectoryGroup
+from webapp.reward_selectors import group_explanations, group_scenario, trajectory_rewards
 
 MAX_COLUMNS = 6
 
@@ -50,8 +52,13 @@ def compare_columns(*, run: Run, trajectory_ids: Iterable[int]) -> list[dict[str
     history = defaultdict(list)
     for o in ScoreOverride.objects.filter(trajectory_id__in=ids).select_related("user").order_by("-id"):
         history[o.trajectory_id].append(o)
+    rewards = trajectory_rewards(run=run, trajectories=trajectories)
+    explanations: dict[int, str] = {}
+    for group in {t.group_id: t.group for t in trajectories}.values():
+        explanations |= group_explanations(trajectories=list(group.trajectories.all()))
     return [{"trajectory": t, "group": t.group, "answer": t.final_answer, "is_reference": i == 0,
-             "diff": [] if i == 0 else answer_diff(reference, t.final_answer), "history": history[t.id][:5]}
+             "diff": [] if i == 0 else answer_diff(reference, t.final_answer), "history": history[t.id][:5],
+             "r": rewards[t.id], "explanation": explanations.get(t.id, t.explanation)}
             for i, t in enumerate(trajectories)]
 
 
@@ -102,36 +109,60 @@ def _contradiction(t: Trajectory) -> str | None:
     return None
 
 
-def group_review_reasons(group: TrajectoryGroup, trajectories: list[Trajectory]) -> list[str]:
-    reasons = []
+def group_review_signals(group: TrajectoryGroup, trajectories: list[Trajectory]) -> list[tuple[float, str]]:
+    """(strength 0..1, reason) for each sign that the judge may have this group wrong."""
+    signals: list[tuple[float, str]] = []
     scored = [t for t in trajectories if t.reward is not None and not t.error]
-    if group.skipped and len(scored) >= 2:
-        reasons.append("zero variance: every trajectory got the same reward, so the group teaches nothing")
+    if group.zero_variance and len(scored) >= 2:
+        signals.append((0.3, "zero variance: every trajectory got the same reward, so the group teaches nothing"))
     judge = next((t.metadata.get("judge") for t in trajectories if (t.metadata or {}).get("judge")), None) or {}
     if (judge.get("disagreement") or 0) >= DISAGREEMENT_MIN:
-        reasons.append(f"judge passes disagree (mean spread {judge['disagreement']:.2f})")
+        signals.append((min(1.0, judge["disagreement"] / (3 * DISAGREEMENT_MIN)),
+                        f"judge passes disagree (mean spread {judge['disagreement']:.2f})"))
     values = sorted({round(t.judge_score, 6) for t in scored if t.judge_score is not None}, reverse=True)
     gaps = [a - b for a, b in zip(values, values[1:])]
     if gaps and min(gaps) < NEAR_TIE_GAP:
-        reasons.append(f"near-tie: two answers scored {min(gaps):.3f} apart")
+        signals.append((1.0 - min(gaps) / NEAR_TIE_GAP, f"near-tie: two answers scored {min(gaps):.3f} apart"))
     for t in scored:
         if (why := _contradiction(t)) is not None:
-            reasons.append(f"#{t.rank}: {why}")
-    return reasons
+            signals.append((1.0, f"answer {t.label}: {why}"))
+    return signals
+
+
+def group_review_reasons(group: TrajectoryGroup, trajectories: list[Trajectory]) -> list[str]:
+    return [reason for _, reason in group_review_signals(group, trajectories)]
+
+
+def review_value(*, signals: list[tuple[float, str]], labelled: int, size: int, pending: bool,
+                 judge_error_rate: float) -> float:
+    """Expected value of a person's look at a group (docs/webapp.md): how strongly the judge may be wrong here
+    (the signals, summed) × how often it has been wrong when people checked (judge_error_rate, 1 − the run's
+    pairwise agreement, 0.5 before any labels) × whether the look can still change training (a step that has
+    not trained counts double) × what is left to label."""
+    evidence = sum(strength for strength, _ in signals)
+    left = 1.0 - labelled / size if size else 0.0
+    return evidence * (0.5 + judge_error_rate) * (2.0 if pending else 1.0) * (0.2 + 0.8 * left)
 
 
 def review_queue(*, run: Run, limit: int = 50, scan: int = 300) -> list[dict[str, Any]]:
-    """Groups most worth a human look, most reasons first; groups a person already labelled go last."""
+    """Groups ranked by the expected value of a review (review_value), each with its reasons, strongest first."""
     groups = (run.groups.order_by("-step_index", "index")
               .prefetch_related(Prefetch("trajectories", queryset=Trajectory.objects.order_by("rank", "index")))[:scan])
+    pairwise = run_agreement(run=run)["overall"]["pairwise"]
+    error_rate = 0.5 if pairwise is None else 1.0 - pairwise
     queue = []
     for group in groups:
         trajectories = list(group.trajectories.all())
-        reasons = group_review_reasons(group, trajectories)
-        if reasons:
-            labelled = sum(t.override_score is not None for t in trajectories)
-            queue.append({"group": group, "reasons": reasons, "labelled": labelled, "size": len(trajectories)})
-    queue.sort(key=lambda item: (item["labelled"] > 0, -len(item["reasons"]), -item["group"].step_index))
+        signals = sorted(group_review_signals(group, trajectories), key=lambda s: -s[0])
+        if not signals:
+            continue
+        labelled = sum(t.override_score is not None for t in trajectories)
+        pending = group.step_index > run.reviewed_through_step and not run.is_final
+        value = review_value(signals=signals, labelled=labelled, size=len(trajectories), pending=pending,
+                             judge_error_rate=error_rate)
+        queue.append({"group": group, "reasons": [r for _, r in signals], "labelled": labelled,
+                      "size": len(trajectories), "value": round(value, 3), "pending": pending})
+    queue.sort(key=lambda item: (-item["value"], -item["group"].step_index, item["group"].index))
     return queue[:limit]
 
 
@@ -165,8 +196,12 @@ def run_agreement(*, run: Run) -> dict[str, Any]:
     by_step: dict[int, list[list[Trajectory]]] = defaultdict(list)
     for members in groups.values():
         by_step[members[0].group.step_index].append(members)
-    return {"overall": _report(list(groups.values())),
-            "steps": [{"step": step, **_report(by_step[step])} for step in sorted(by_step)]}
+    # Every human score counts here, so this page and the queue's "labelled" column say the same; the agreement
+    # figures use only groups with two or more (one label has nothing to rank against).
+    return {"overall": _report(list(groups.values())), "human_scores": touched.count(),
+            "labelled_groups": len(groups),
+            # only steps with something to plot: a step whose groups have one label each has no agreement yet
+            "steps": [row for step in sorted(by_step) if (row := {"step": step, **_report(by_step[step])})["groups"]]}
 
 
 def project_agreement_by_version(*, project: Project) -> list[dict[str, Any]]:
@@ -183,3 +218,90 @@ def project_agreement_by_version(*, project: Project) -> list[dict[str, Any]]:
 
 def run_overrides(*, run: Run, limit: int = 200) -> QuerySet[ScoreOverride]:
     return run.overrides.select_related("user").order_by("-id")[:limit]
+
+
+# --- several runs, one chart --------------------------------------------------------------------------------
+
+def runs_overlay(*, project: Project, run_ids: Iterable[int], limit: int = 8) -> list[dict[str, Any]]:
+    """Per picked run of the project: its reward curve and judge-vs-human agreement per step, for one chart
+    (e.g. rubric v1 against v2). Only series a run can have are included: no judge curve without a judge."""
+    ids = list(dict.fromkeys(int(i) for i in run_ids))[:limit]
+    runs = {r.id: r for r in project.runs.filter(pk__in=ids).select_related("rubric_version__rubric")}
+    out = []
+    for run_id in ids:
+        run = runs.get(run_id)
+        if run is None:
+            continue
+        steps = list(run.steps.order_by("index").values_list("index", "metrics"))
+        agreement = run_agreement(run=run)["steps"]
+        out.append({
+            "id": run.id, "name": run.name, "rubric": str(run.rubric_version) if run.rubric_version else "",
+            "reward": [{"step": i, "value": (m or {}).get("reward_mean")} for i, m in steps
+                       if (m or {}).get("reward_mean") is not None],
+            "judge": [{"step": i, "value": (m or {}).get("judge_mean")} for i, m in steps
+                      if run.uses_judge and (m or {}).get("judge_mean") is not None],
+            "agreement": [{"step": s["step"], "value": s["pairwise"]} for s in agreement if s["pairwise"] is not None],
+        })
+    return out
+
+
+# --- export -------------------------------------------------------------------------------------------------
+
+def run_groups_jsonl(*, run: Run, step: int | None = None) -> Iterable[str]:
+    """The run's scored groups, one JSON line each, in the format `python -m judging score` reads (judging/cli.py
+    GroupLine): re-score them from a terminal. Trajectories are named by their stable labels, so the CLI's output
+    matches the pages; a group's id says where it came from."""
+    groups = run.groups.order_by("step_index", "index").select_related("scenario")  # a fallback of group_scenario
+    if step is not None:
+        groups = groups.filter(step_index=step)
+    for group in groups.prefetch_related(Prefetch("trajectories", queryset=Trajectory.objects.order_by("index"))):
+        members = [t for t in group.trajectories.all() if t.messages]
+        if not members:
+            continue
+        line: dict[str, Any] = {"id": f"{run.name}/step{group.step_index}/group{group.index + 1}/"
+                                      f"{group.scenario_external_id}",
+                                "trajectories": [{"id": t.label, "messages": t.messages} for t in members]}
+        if members[0].tools:
+            line["tools"] = members[0].tools
+        if (scenario := group_scenario(group=group)) and scenario["reference"]:
+            line["reference"] = scenario["reference"]
+        yield json.dumps(line, ensure_ascii=False) + "\n"
+
+
+# --- playground: which stored groups to re-score -------------------------------------------------------------
+
+def _disagrees(trajectories: list[Trajectory]) -> bool:
+    """A person ordered two answers differently from the judge, or the judge's own passes disagreed."""
+    judge = next((t.metadata.get("judge") for t in trajectories if (t.metadata or {}).get("judge")), None) or {}
+    if (judge.get("disagreement") or 0) >= DISAGREEMENT_MIN:
+        return True
+    labelled = [t for t in trajectories if t.override_score is not None and _machine(t) is not None]
+    if len(labelled) < 2:
+        return False
+    report = compare([[_machine(t) for t in labelled]], [[t.override_score for t in labelled]])
+    return report.pairwise is not None and report.pairwise < 1.0
+
+
+def playground_groups(*, project: Project, run_id: int | None = None, step: int | None = None, labelled: str = "",
+                      disagreement: bool = False, limit: int = 200) -> QuerySet[TrajectoryGroup]:
+    """Stored groups of the project, filtered (run, step, human-labelled, disagreement), labelled ones first, then
+    the newest; bounded, and unsliced (the form field filters it)."""
+    from django.db.models import Count
+
+    ordered = (TrajectoryGroup.objects.filter(run__project=project)
+               .annotate(labels=Count("trajectories", filter=Q(trajectories__override_score__isnull=False)))
+               .order_by("-labels", "-run_id", "-step_index", "index"))
+    if run_id is not None:
+        ordered = ordered.filter(run_id=run_id)
+    if step is not None:
+        ordered = ordered.filter(step_index=step)
+    if labelled == "yes":
+        ordered = ordered.filter(labels__gt=0)
+    elif labelled == "no":
+        ordered = ordered.filter(labels=0)
+    if disagreement:
+        scan = ordered.prefetch_related("trajectories")[: limit * 5]
+        ids = [g.id for g in scan if _disagrees(list(g.trajectories.all()))][:limit]
+    else:
+        ids = list(ordered.values_list("id", flat=True)[:limit])
+    return ordered.filter(pk__in=ids).select_related("run")

@@ -90,19 +90,47 @@ def run_steps(*, run: Run) -> QuerySet[Step]:
     return run.steps.order_by("index")
 
 
-def run_groups(*, run: Run, limit: int | None = 20, offset: int = 0, step: int | None = None
-               ) -> QuerySet[TrajectoryGroup]:
-    """Newest step first; each group with its trajectories ranked. Bounded: a page never loads a whole run."""
+def run_groups(*, run: Run, limit: int | None = 20, offset: int = 0, step: int | None = None,
+               search: dict[str, Any] | None = None) -> QuerySet[TrajectoryGroup]:
+    """Newest step first; each group with its trajectories ranked. Bounded: a page never loads a whole run.
+    `search` (GroupSearchForm.cleaned_data) keeps groups with a trajectory that matches all of it."""
     qs = run.groups.order_by("-step_index", "index")
     if step is not None:
         qs = qs.filter(step_index=step)
+    if search:
+        qs = qs.filter(pk__in=_matching_trajectories(run=run, **search).values("group_id"))
     qs = qs.prefetch_related(Prefetch("trajectories", queryset=Trajectory.objects.order_by("rank", "index")
                                       .defer("tools", "metadata")))
     return qs[offset: offset + limit] if limit is not None else qs[offset:]
 
 
-def run_group_count(*, run: Run) -> int:
+def run_group_count(*, run: Run, search: dict[str, Any] | None = None) -> int:
+    if search:
+        return run.groups.filter(pk__in=_matching_trajectories(run=run, **search).values("group_id")).count()
     return run.groups.count()
+
+
+def _matching_trajectories(*, run: Run, q: str = "", step: int | None = None, labelled: str = "",
+                           min_score: float | None = None, max_score: float | None = None) -> QuerySet[Trajectory]:
+    """Text (answer, conversation, explanation or scenario id), step, human label, effective reward range."""
+    from django.db.models import F, TextField
+    from django.db.models.functions import Cast, Coalesce
+
+    qs = Trajectory.objects.filter(group__run=run).annotate(effective=Coalesce("override_score", F("reward")))
+    if q:
+        qs = qs.annotate(text=Cast("messages", TextField())).filter(
+            Q(text__icontains=q) | Q(explanation__icontains=q) | Q(group__scenario_external_id__icontains=q))
+    if step is not None:
+        qs = qs.filter(group__step_index=step)
+    if labelled == "yes":
+        qs = qs.filter(override_score__isnull=False)
+    elif labelled == "no":
+        qs = qs.filter(override_score__isnull=True)
+    if min_score is not None:
+        qs = qs.filter(effective__gte=min_score)
+    if max_score is not None:
+        qs = qs.filter(effective__lte=max_score)
+    return qs
 
 
 def group_get(*, user, group_id: int) -> TrajectoryGroup:
@@ -143,7 +171,75 @@ def run_judge_cost(*, run: Run) -> dict[str, Any]:
 def catalogue_for_project(*, project: Project) -> dict[str, QuerySet]:
     return {
         "agents": Agent.objects.filter(project=project),
-        "scenario_sets": ScenarioSet.objects.filter(project=project).annotate(n=Count("scenarios")),
+        "scenario_sets": ScenarioSet.objects.filter(project=project).annotate(
+            n=Count("scenarios", filter=Q(scenarios__retired=False))),
         "rubrics": Rubric.objects.filter(project=project).annotate(n=Count("versions")),
         "judges": JudgeConfig.objects.filter(project=project),
     }
+
+
+def _fork_origin(run: Run) -> str:
+    parent = run.parent_run.name if run.parent_run else "another run"
+    step = f" step {run.parent_checkpoint.step_index}" if run.parent_checkpoint else ""
+    return f"the checkpoint of {parent}{step}"
+
+
+def run_settings(*, run: Run) -> list[dict[str, Any]]:
+    """Every setting the run actually used, read from its frozen config (DESIGN §8 invariant 1): editing the
+    agent, judge or rubric afterwards changes none of this. Sections of (label, value) rows."""
+    c = run.config or {}
+    grpo, sampling, lora, judge = c.get("grpo") or {}, c.get("sampling") or {}, c.get("lora") or {}, c.get("judge")
+    env = c.get("environment") or {}
+    scenarios = c.get("scenarios") or []
+    sections = [
+        {"title": "Model", "rows": [
+            ("Agent", f"{run.agent.name} v{run.agent_version}"), ("Base model", c.get("base_model")), ("System prompt", c.get("system_prompt") or "(none)"),
+            ("Environment", env.get("kind")), ("Device", c.get("device")),
+            ("Sampling", f"temperature {sampling.get('temperature')}, top_p {sampling.get('top_p')}, "
+                         f"max_tokens {sampling.get('max_tokens')}"),
+            ("LoRA", f"rank {lora.get('r')}, alpha {lora.get('alpha')}")]},
+        {"title": "Training", "rows": [
+            ("Steps", c.get("steps")), ("Learning rate", grpo.get("learning_rate")),
+            ("Group size", grpo.get("group_size")), ("Groups per step", grpo.get("groups_per_step")),
+            ("Seed", c.get("seed")), ("KL weight (beta)", grpo.get("beta")),
+            ("Review gate", "on" if run.review_gate else "off"),
+            ("Started from", c.get("init_checkpoint") and _fork_origin(run))]},
+        {"title": "Scenarios", "rows": [
+            ("Scenario set", f"{run.scenario_set.name} (as at launch)"),
+            ("Training scenarios", f"{len(scenarios)}: " + ", ".join(str(s.get("id")) for s in scenarios[:10])
+             + (" …" if len(scenarios) > 10 else ""))]},
+    ]
+    if judge:
+        sections.append({"title": "Judge", "rows": [
+            ("Judge model", judge.get("judge_model")), ("API base", judge.get("api_base") or "provider default"),
+            ("Passes", judge.get("passes", 1)), ("Temperature", judge.get("temperature", 0)),
+            ("Rubric version", str(run.rubric_version) if run.rubric_version else "default rubric"),
+            ("Criteria", ", ".join(f"{x.get('name')} ×{x.get('weight')}" for x in judge.get("criteria") or [])
+             or "one overall score")]})
+    else:
+        sections.append({"title": "Reward", "rows": [("Reward", "the environment's verifiable reward (no judge)")]})
+    for section in sections:
+        section["rows"] = [(k, v) for k, v in section["rows"] if v not in (None, "")]
+    return sections
+
+
+def rubric_versions(*, rubric: Rubric) -> list[Any]:
+    """Newest first, each with the runs that used it (a version is frozen into a run at launch)."""
+    versions = list(rubric.versions.select_related("created_by").order_by("-number")
+                    .prefetch_related(Prefetch("run_set", queryset=Run.objects.order_by("-created_at", "-id"))))
+    return versions
+
+
+def rubric_version_diff(*, rubric: Rubric, old: str | None, new: str | None) -> dict[str, Any] | None:
+    """Word-level diff of two versions (by number; default: the one before the latest against the latest)."""
+    from webapp.review_selectors import answer_diff
+
+    numbers = list(rubric.versions.order_by("-number").values_list("number", flat=True))
+    if len(numbers) < 2:
+        return None
+    b = int(new) if (new or "").isdigit() and int(new) in numbers else numbers[0]
+    a = int(old) if (old or "").isdigit() and int(old) in numbers else None
+    a = a or next((n for n in numbers if n < b), numbers[-1])
+    va, vb = rubric.versions.get(number=a), rubric.versions.get(number=b)
+    return {"old": va, "new": vb, "numbers": numbers, "segments": answer_diff(va.text, vb.text),
+            "criteria_changed": va.criteria != vb.criteria}

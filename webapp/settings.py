@@ -76,6 +76,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI's files, served locally (no CDN)
     "django_htmx",
     "channels",
     "webapp.apps.WebappConfig",
@@ -213,6 +214,9 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Projects, agents, scenarios, rubrics, judges and RL runs. Token auth: `Authorization: Token <key>`.",
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 SESSION_COOKIE_HTTPONLY = True

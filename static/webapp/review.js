@@ -21,7 +21,7 @@
     const line = (key, name) => ({x, y: steps.map((s) => s[key]), mode: "lines+markers", name: name});
     Plotly.react("agreement-chart", [line("pairwise", "pairwise agreement"), line("spearman", "Spearman ρ"),
                                      line("kendall_tau", "Kendall τ")],
-                 {margin: {t: 10, r: 10, b: 40, l: 45}, height: 240, xaxis: {title: {text: "step"}, dtick: 1},
+                 {margin: {t: 10, r: 10, b: 40, l: 45}, height: 240, xaxis: {title: {text: "step"}, dtick: 1, tickformat: "d"},
                   yaxis: {range: [-1.05, 1.05]}, legend: {orientation: "h"}, paper_bgcolor: "rgba(0,0,0,0)"},
                  {displayModeBar: false, responsive: true});
   }

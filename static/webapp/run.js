@@ -25,18 +25,35 @@
     const std = pts.map((p) => p.reward_std || 0);
     const upper = mean.map((m, i) => (m === null ? null : m + std[i]));
     const lower = mean.map((m, i) => (m === null ? null : m - std[i]));
-    const layout = {margin: {t: 10, r: 10, b: 40, l: 45}, height: 260, xaxis: {title: {text: "step"}},
-                    legend: {orientation: "h"}, paper_bgcolor: "rgba(0,0,0,0)"};
+    // No step yet: say so instead of plotly's empty -1..6 axes.
+    for (const id of ["reward-chart", "source-chart"]) {
+      const box = document.getElementById(id);
+      if (!pts.length) {
+        box.classList.add("chart-empty");
+        box.textContent = "The curves appear when the first step finishes.";
+      } else if (box.classList.contains("chart-empty")) {
+        box.classList.remove("chart-empty");
+        box.textContent = "";
+      }
+    }
+    if (!pts.length) return;
+    // Steps are whole numbers: integer ticks, at most about ten of them.
+    const dtick = Math.max(1, Math.ceil((x[x.length - 1] - x[0] + 1) / 10));
+    const layout = {margin: {t: 10, r: 10, b: 40, l: 45}, height: 260,
+                    xaxis: {title: {text: "step"}, tickformat: "d", tick0: 0, dtick: dtick},
+                    showlegend: true, legend: {orientation: "h"}, paper_bgcolor: "rgba(0,0,0,0)"};
+    const has = (values) => values.some((v) => v !== null && v !== undefined);
     Plotly.react("reward-chart", [
       {x, y: upper, mode: "lines", line: {width: 0}, showlegend: false, hoverinfo: "skip"},
       {x, y: lower, mode: "lines", line: {width: 0}, fill: "tonexty", fillcolor: "rgba(37,99,235,0.15)",
        name: "± std", hoverinfo: "skip"},
       {x, y: mean, mode: "lines+markers", name: "reward mean", line: {color: "#2563eb"}},
     ], layout, {displayModeBar: false, responsive: true});
+    // Only the series this run can have: no "judge score" legend entry for a run without a judge.
     const sources = [
       {x, y: pts.map((p) => p.judge_mean), mode: "lines+markers", name: "judge score"},
       {x, y: pts.map((p) => p.env_mean), mode: "lines+markers", name: "env reward"},
-    ];
+    ].filter((series) => has(series.y));
     for (const [name, series] of Object.entries(chart.criteria || {})) {
       sources.push({x: series.map((s) => s.step), y: series.map((s) => s.value), mode: "lines+markers",
                     name: name, line: {dash: "dot"}});

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from webapp.models import (
@@ -10,6 +11,7 @@ from webapp.models import (
     TrajectoryGroup,
 )
 from webapp.models.catalogue import MESSAGE_MAX, PROMPT_MAX
+from webapp.models.runs import trajectory_label
 from webapp.selectors import run_judge_cost
 
 
@@ -26,8 +28,8 @@ class AgentSerializer(serializers.ModelSerializer):
     class Meta:
         model = Agent
         fields = ["id", "project", "name", "base_model", "system_prompt", "environment_kind", "environment_options",
-                  "temperature", "top_p", "max_tokens", "created_at", "updated_at"]
-        read_only_fields = ["created_at", "updated_at"]
+                  "temperature", "top_p", "max_tokens", "version", "created_at", "updated_at"]
+        read_only_fields = ["version", "created_at", "updated_at"]
         validators = []  # uniqueness is the service's answer (same message as the page)
 
 
@@ -44,13 +46,16 @@ class ScenarioSerializer(serializers.ModelSerializer):
 
 
 class ScenarioSetSerializer(serializers.ModelSerializer):
-    scenario_count = serializers.IntegerField(source="scenarios.count", read_only=True)
+    scenario_count = serializers.SerializerMethodField()
 
     class Meta:
         model = ScenarioSet
         fields = ["id", "project", "name", "description", "scenario_count", "created_at"]
         read_only_fields = ["created_at"]
         validators = []
+
+    def get_scenario_count(self, obj: ScenarioSet) -> int:
+        return obj.scenarios.filter(retired=False).count()
 
 
 class UploadSerializer(serializers.Serializer):
@@ -104,7 +109,8 @@ class RunSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Run
-        fields = ["id", "project", "name", "agent", "scenario_set", "rubric_version", "judge_config", "config",
+        fields = ["id", "project", "name", "agent", "agent_version", "scenario_set", "rubric_version", "judge_config",
+                  "config",
                   "review_gate", "reviewed_through_step", "parent_run", "parent_checkpoint", "status", "phase", "error", "cancel_requested", "total_steps", "steps_done", "uses_judge",
                   "worker", "heartbeat_at", "attempts", "created_at", "started_at", "finished_at"]
         read_only_fields = fields
@@ -137,6 +143,9 @@ class RunCreateSerializer(serializers.Serializer):
     seed = serializers.IntegerField(min_value=0, default=0)
     overrides = serializers.DictField(required=False, default=dict)
     review_gate = serializers.BooleanField(required=False, default=False)
+    launch_token = serializers.CharField(required=False, allow_blank=True, max_length=64, default="",
+                                         help_text="Idempotency key: a repeated request with the same key returns "
+                                                   "the run the first one created.")
 
 
 class StepSerializer(serializers.ModelSerializer):
@@ -145,13 +154,41 @@ class StepSerializer(serializers.ModelSerializer):
         fields = ["index", "metrics", "judge_cost_usd", "created_at"]
 
 
+class RewardViewSerializer(serializers.Serializer):
+    """webapp.reward_selectors.trajectory_rewards: what every page shows."""
+    label = serializers.CharField()
+    judge_score = serializers.FloatField(allow_null=True)
+    env_reward = serializers.FloatField(allow_null=True)
+    human_score = serializers.FloatField(allow_null=True)
+    effective_reward = serializers.FloatField(allow_null=True)
+    trained = serializers.BooleanField(help_text="The step has trained.")
+    trained_reward = serializers.FloatField(allow_null=True, help_text="The reward the step trained on.")
+    advantage = serializers.FloatField(allow_null=True)
+    note = serializers.CharField()
+
+
 class TrajectorySummarySerializer(serializers.ModelSerializer):
+    label = serializers.CharField(read_only=True, help_text="The trajectory's stable name within its group.")
     effective_reward = serializers.FloatField(read_only=True)
+    explanation = serializers.SerializerMethodField(help_text="The judge's explanation, its numbering translated "
+                                                              "to the labels.")
+    review = serializers.SerializerMethodField()
 
     class Meta:
         model = Trajectory
-        fields = ["id", "index", "rank", "env_reward", "judge_score", "explanation", "criteria", "reward",
-                  "override_score", "effective_reward", "advantage", "error", "completion_tokens"]
+        fields = ["id", "index", "label", "rank", "env_reward", "judge_score", "explanation", "criteria", "reward",
+                  "override_score", "effective_reward", "advantage", "error", "completion_tokens", "review"]
+
+    def get_explanation(self, obj: Trajectory) -> str:
+        from webapp.reward_selectors import explanation_for_people
+
+        return explanation_for_people(text=obj.explanation, trajectories=list(obj.group.trajectories.all()))
+
+    @extend_schema_field(RewardViewSerializer)
+    def get_review(self, obj: Trajectory) -> dict:
+        from webapp.reward_selectors import trajectory_reward
+
+        return trajectory_reward(trajectory=obj)
 
 
 class TrajectorySerializer(TrajectorySummarySerializer):
@@ -187,11 +224,16 @@ class ReorderSerializer(serializers.Serializer):
 
 class ScoreOverrideSerializer(serializers.ModelSerializer):
     user = serializers.CharField(source="user.username", default=None, read_only=True)
+    trajectory_label = serializers.SerializerMethodField()
 
     class Meta:
         model = ScoreOverride
-        fields = ["id", "run", "trajectory", "group", "step_index", "group_index", "trajectory_index", "kind",
+        fields = ["id", "run", "trajectory", "group", "step_index", "group_index", "trajectory_index",
+                  "trajectory_label", "kind",
                   "judge_score", "before", "after", "reason", "applies_to_training", "user", "created_at"]
+
+    def get_trajectory_label(self, obj: ScoreOverride) -> str:
+        return trajectory_label(obj.trajectory_index)
 
 
 class ForkSerializer(serializers.Serializer):
@@ -230,6 +272,8 @@ class QueueItemSerializer(serializers.Serializer):
     reasons = serializers.ListField(child=serializers.CharField())
     labelled = serializers.IntegerField()
     size = serializers.IntegerField()
+    value = serializers.FloatField(help_text="Expected value of a review: the queue's order (docs/webapp.md).")
+    pending = serializers.BooleanField(help_text="The group's step has not trained: a review changes training.")
 
 
 class CompareColumnSerializer(serializers.Serializer):

@@ -74,7 +74,7 @@ class ScenarioSetViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixin
     def scenarios(self, request: Request, pk=None) -> Response:
         scenario_set = self.get_object()
         if request.method == "GET":
-            page = self.paginate_queryset(scenario_set.scenarios.order_by("id"))
+            page = self.paginate_queryset(scenario_set.scenarios.filter(retired=False).order_by("id"))
             return self.get_paginated_response(s.ScenarioSerializer(page, many=True).data)
         body = s.ScenarioSerializer(data=request.data)
         body.is_valid(raise_exception=True)

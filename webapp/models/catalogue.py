@@ -21,6 +21,9 @@ class Agent(models.Model):
     temperature = models.FloatField(default=1.0)
     top_p = models.FloatField(default=1.0)
     max_tokens = models.PositiveIntegerField(default=256)
+    # Goes up when an agent some run used is edited: the run keeps the settings of the version it was launched
+    # with (frozen in Run.config) and shows "v1 (now v2)".
+    version = models.PositiveIntegerField(default=1)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -58,12 +61,17 @@ class Scenario(models.Model):
     reference = models.TextField(blank=True, max_length=MESSAGE_MAX)
     metadata = models.JSONField(default=dict, blank=True)
     split = models.CharField(max_length=16, choices=Split.choices, default=Split.TRAIN)
+    # Once a run used a scenario it is never rewritten: an edit retires this row (kept for the groups that link to
+    # it) and adds the next version under the same id; new runs use the current (unretired) one.
+    version = models.PositiveIntegerField(default=1)
+    retired = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["id"]
         constraints = [
-            models.UniqueConstraint(fields=["scenario_set", "external_id"], name="scenario_id_unique_in_set")
+            models.UniqueConstraint(fields=["scenario_set", "external_id"], condition=models.Q(retired=False),
+                                    name="scenario_id_unique_in_set")
         ]
 
     def __str__(self) -> str:

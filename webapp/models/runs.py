@@ -27,6 +27,7 @@ class Run(models.Model):
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="runs")
     name = models.CharField(max_length=100)
     agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="runs")
+    agent_version = models.PositiveIntegerField(default=1, help_text="Agent.version at launch.")
     scenario_set = models.ForeignKey(ScenarioSet, on_delete=models.PROTECT, related_name="runs")
     rubric_version = models.ForeignKey(RubricVersion, null=True, blank=True, on_delete=models.PROTECT)
     judge_config = models.ForeignKey(JudgeConfig, null=True, blank=True, on_delete=models.PROTECT)
@@ -57,9 +58,13 @@ class Run(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # The launch form's one-time token: the same form submitted twice (back button, double click) is one run.
+    launch_token = models.CharField(max_length=64, blank=True, default="")
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        constraints = [models.UniqueConstraint(fields=["project", "launch_token"], condition=~models.Q(launch_token=""),
+                                               name="run_launch_token_unique_in_project")]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.status})"
@@ -109,6 +114,21 @@ class TrajectoryGroup(models.Model):
             models.UniqueConstraint(fields=["run", "step_index", "index"], name="group_unique_in_step")
         ]
 
+    @property
+    def zero_variance(self) -> bool:
+        """Skipped because every reward was equal; a group whose scoring failed is skipped for that reason."""
+        return self.skipped and not self.scoring_error
+
+
+def trajectory_label(index: int) -> str:
+    """0 → A, 25 → Z, 26 → AA: letters, so a label is never mistaken for a rank or a score."""
+    label = ""
+    index += 1
+    while index:
+        index, rest = divmod(index - 1, 26)
+        label = chr(ord("A") + rest) + label
+    return label
+
 
 class Trajectory(models.Model):
     group = models.ForeignKey(TrajectoryGroup, on_delete=models.CASCADE, related_name="trajectories")
@@ -132,6 +152,12 @@ class Trajectory(models.Model):
     class Meta:
         ordering = ["group_id", "rank", "index"]
         constraints = [models.UniqueConstraint(fields=["group", "index"], name="trajectory_unique_in_group")]
+
+    @property
+    def label(self) -> str:
+        """The trajectory's one name within its group on every page, the audit, the API and exports (DESIGN §8
+        invariant 2): a letter from its rollout position, which never changes, unlike its rank."""
+        return trajectory_label(self.index)
 
     @property
     def effective_reward(self) -> float | None:

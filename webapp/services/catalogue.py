@@ -53,10 +53,16 @@ def agent_create(*, user, project: Project, **fields: Any) -> Agent:
 
 
 def agent_update(*, user, agent: Agent, **fields: Any) -> Agent:
+    """An agent a run used becomes a new version (the run keeps its frozen settings); an unused one is edited."""
     require_role(user=user, project=agent.project, role=Role.EDITOR)
+    changed = False
     for key, value in fields.items():
+        if key in AGENT_FIELDS and key != "name" and getattr(agent, key) != value:
+            changed = True
         if key in AGENT_FIELDS:
             setattr(agent, key, value)
+    if changed and agent.runs.filter(agent_version=agent.version).exists():
+        agent.version += 1
     _check_sampling(agent.temperature, agent.top_p, agent.max_tokens)
     _save(agent, unique_message="an agent with this name already exists in the project")
     return agent
@@ -73,8 +79,8 @@ def scenario_create(*, user, scenario_set: ScenarioSet, user_message: str, exter
                     context: str = "", reference: str = "", split: str = Scenario.Split.TRAIN,
                     metadata: dict | None = None) -> Scenario:
     require_role(user=user, project=scenario_set.project, role=Role.EDITOR)
-    external_id = external_id.strip() or f"s{scenario_set.scenarios.count() + 1}"
-    if scenario_set.scenarios.filter(external_id=external_id).exists():
+    external_id = external_id.strip() or f"s{scenario_set.scenarios.filter(retired=False).count() + 1}"
+    if scenario_set.scenarios.filter(external_id=external_id, retired=False).exists():
         raise ValidationError({"external_id": [f"id {external_id!r} is already used in this set"]})
     scenario = Scenario(scenario_set=scenario_set, external_id=external_id, user_message=user_message,
                         context=context, reference=reference, split=split, metadata=metadata or {})
@@ -83,13 +89,57 @@ def scenario_create(*, user, scenario_set: ScenarioSet, user_message: str, exter
     return scenario
 
 
+def scenario_runs(*, scenario: Scenario) -> list[str]:
+    """Names of the runs launched with this version of the scenario (each froze its id and text at launch)."""
+    frozen = (scenario.external_id, scenario.user_message, scenario.context or None, scenario.reference or None)
+    runs = scenario.scenario_set.runs.only("name", "config")
+    return [r.name for r in runs if any((x.get("id"), x.get("user_message"), x.get("context"), x.get("reference"))
+                                        == frozen for x in r.config.get("scenarios") or [])]
+
+
+def scenario_update(*, user, scenario: Scenario, user_message: str, context: str = "", reference: str = "",
+                    split: str = Scenario.Split.TRAIN, external_id: str = "", metadata: dict | None = None) -> Scenario:
+    """Edits a scenario no run has used yet; a used one gets a new version (same id) and is itself kept, retired,
+    as the runs that used it saw it. Returns the current version."""
+    require_role(user=user, project=scenario.scenario_set.project, role=Role.EDITOR)
+    if scenario.retired:
+        raise ValidationError("this is an old version of the scenario: edit the current one")
+    external_id = external_id.strip() or scenario.external_id
+    if scenario.scenario_set.scenarios.filter(external_id=external_id, retired=False).exclude(pk=scenario.pk).exists():
+        raise ValidationError({"external_id": [f"id {external_id!r} is already used in this set"]})
+    used = bool(scenario_runs(scenario=scenario))
+    if used and external_id != scenario.external_id:
+        raise ValidationError({"external_id": ["runs used this id: keep it (the new version keeps the id)"]})
+    with transaction.atomic():
+        if used:
+            Scenario.objects.filter(pk=scenario.pk).update(retired=True)
+            scenario = Scenario(scenario_set=scenario.scenario_set, version=scenario.version + 1,
+                                metadata=scenario.metadata)
+        scenario.external_id, scenario.user_message, scenario.context = external_id, user_message, context
+        scenario.reference, scenario.split = reference, split
+        if metadata is not None:
+            scenario.metadata = metadata
+        scenario.full_clean()
+        scenario.save()
+    return scenario
+
+
+def scenario_delete(*, user, scenario: Scenario) -> None:
+    """Deletes a scenario no run has used yet; a used one is retired (no new run gets it; the old runs keep it)."""
+    require_role(user=user, project=scenario.scenario_set.project, role=Role.EDITOR)
+    if scenario_runs(scenario=scenario):
+        Scenario.objects.filter(pk=scenario.pk).update(retired=True)
+    else:
+        scenario.delete()
+
+
 def scenario_set_import(*, user, scenario_set: ScenarioSet, file_name: str, data: bytes) -> list[Scenario]:
     """Imports every row of a CSV/JSONL file or none; errors name each bad row (ValidationError on `file`)."""
     require_role(user=user, project=scenario_set.project, role=Role.EDITOR)
     parsed = parse_scenario_file(name=file_name, data=data)
     errors = list(parsed.errors)
     if not errors:
-        taken = set(scenario_set.scenarios.filter(external_id__in=[r.external_id for r in parsed.rows])
+        taken = set(scenario_set.scenarios.filter(retired=False, external_id__in=[r.external_id for r in parsed.rows])
                     .values_list("external_id", flat=True))
         errors = [f"id {r.external_id!r} already exists in this set" for r in parsed.rows if r.external_id in taken]
     if errors:

@@ -17,6 +17,7 @@ from django.utils import timezone
 from studio.key_policy import key_policy_refusal
 from webapp.execution.dispatch import PLAYGROUND_RESCORE, work_enqueue
 from webapp.models import JudgeConfig, Project, Rescore, Role, RubricVersion, Trajectory, TrajectoryGroup
+from webapp.reward_selectors import explanation_for_people
 from webapp.services.access import require_role
 from webapp.services.catalogue import _clean_criteria, rubric_version_create
 from webapp.services.run_config import judge_options
@@ -121,7 +122,16 @@ def _ranks(scores: list[float | None]) -> list[int | None]:
     return [None if s is None else 1 + sum(o is not None and o > s for o in scores) for s in scores]
 
 
-def _group_record(group: TrajectoryGroup, trajectories: list[Trajectory], scores: Any) -> dict[str, Any]:
+def _scored_with(trajectories: list[Trajectory]) -> str:
+    """The rubric version(s) the stored scores came from: a group keeps the version it was judged with, whatever
+    the rubric's latest version is now."""
+    names = sorted({str(t.rubric_version) if t.rubric_version_id else
+                    ("the default rubric" if t.judge_model else "the env reward") for t in trajectories})
+    return ", ".join(names)
+
+
+def _group_record(group: TrajectoryGroup, trajectories: list[Trajectory], scores: Any,
+                  calls: list[dict[str, Any]]) -> dict[str, Any]:
     current = [t.judge_score if t.judge_score is not None else t.reward for t in trajectories]
     new = [s.judge_score for s in scores] if scores is not None else [None] * len(trajectories)
     old_rank, new_rank = _ranks(current), _ranks(new)
@@ -131,11 +141,12 @@ def _group_record(group: TrajectoryGroup, trajectories: list[Trajectory], scores
             "id": t.id, "index": t.index, "answer": t.final_answer[:ANSWER_PREVIEW], "human": t.override_score,
             "current": current[i], "new": new[i], "rank_current": old_rank[i], "rank_new": new_rank[i],
             "delta": None if new[i] is None or current[i] is None else new[i] - current[i],
-            "explanation": scores[i].explanation if scores is not None else "",
+            "explanation": explanation_for_people(text=scores[i].explanation, trajectories=trajectories,
+                                                  calls=calls) if scores is not None else "",
             "criteria": dict(scores[i].criteria) if scores is not None else {},
         })
     return {"group_id": group.id, "run_id": group.run_id, "step": group.step_index, "group_index": group.index,
-            "scenario": group.scenario_external_id, "trajectories": rows,
+            "scenario": group.scenario_external_id, "trajectories": rows, "scored_with": _scored_with(trajectories),
             "rank_changes": sum(r["rank_current"] != r["rank_new"] for r in rows), "error": ""}
 
 
@@ -168,9 +179,10 @@ def playground_execute(*, rescore_id: int) -> str:
                                                      finished_at=timezone.now())
         return Rescore.Status.FAILED
     records = []
-    for group, result in zip(groups, results):
+    for group, engine_group, result in zip(groups, engine_groups, results):
         failed = isinstance(result, Exception)
-        record = _group_record(group, members[group.id], None if failed else result)
+        calls = engine_group.judge_report.calls if engine_group.judge_report is not None else []
+        record = _group_record(group, members[group.id], None if failed else result, calls)
         record["error"] = str(result) if failed else ""
         records.append(record)
     # Only requests really sent count, in calls, tokens and cost; cache hits are counted apart.
@@ -188,6 +200,7 @@ def playground_execute(*, rescore_id: int) -> str:
         "completion_tokens": sum(r.completion_tokens for r in reports),
         "failed_groups": sum(bool(r["error"]) for r in records),
         "rank_changes": sum(r["rank_changes"] for r in records),
+        "stored_with": ", ".join(sorted({part for r in records for part in r["scored_with"].split(", ")})),
     }
     Rescore.objects.filter(pk=rescore_id).update(status=Rescore.Status.DONE, results=records, summary=summary,
                                                  finished_at=timezone.now())

@@ -1,6 +1,12 @@
 from __future__ import annotations
 
+from django.contrib.auth import get_user_model
+from django.contrib.auth.tokens import default_token_generator
+from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.urls import reverse
+from django.utils.encoding import force_bytes
+from django.utils.http import urlsafe_base64_encode
 
 from webapp.models import Membership, Project, Role
 from webapp.services.access import require_role
@@ -21,3 +27,29 @@ def membership_set(*, project: Project, user, role: str, acting_user=None) -> Me
         require_role(user=acting_user, project=project, role=Role.EDITOR)
     membership, _ = Membership.objects.update_or_create(project=project, user=user, defaults={"role": Role(role)})
     return membership
+
+
+def member_add(*, project: Project, username: str, role: str, acting_user, create: bool = False,
+               email: str = "") -> tuple[Membership, str]:
+    """Adds an existing user, or with `create` a new account with no password yet. Returns the membership and,
+    for a new account, the path of its one-time invite link (where the person sets a password; no mail server
+    is assumed: the editor sends the link). Editors of the project only."""
+    require_role(user=acting_user, project=project, role=Role.EDITOR)
+    username = (username or "").strip()
+    User = get_user_model()
+    user = User.objects.filter(username=username).first()
+    if user is None and not create:
+        raise ValidationError({"username": [f"no user named {username!r}: tick “create an account” to invite them"]})
+    if user is not None and create:
+        raise ValidationError({"username": [f"{username!r} already has an account: untick “create an account”"]})
+    invite = ""
+    with transaction.atomic():
+        if user is None:
+            user = User(username=username, email=(email or "").strip())
+            user.set_unusable_password()
+            user.full_clean(exclude=["password"])
+            user.save()
+            invite = reverse("invite-accept", args=[urlsafe_base64_encode(force_bytes(user.pk)),
+                                                    default_token_generator.make_token(user)])
+        membership = membership_set(project=project, user=user, role=role, acting_user=acting_user)
+    return membership, invite

@@ -69,7 +69,7 @@ def run_config_build(*, name: str, agent: Agent, scenario_set: ScenarioSet, rubr
     scenarios = [
         {"id": s.external_id, "user_message": s.user_message, "context": s.context or None,
          "reference": s.reference or None, "metadata": s.metadata}
-        for s in scenario_set.scenarios.filter(split=Scenario.Split.TRAIN).order_by("id")
+        for s in scenario_set.scenarios.filter(split=Scenario.Split.TRAIN, retired=False).order_by("id")
     ]
     if not scenarios:
         raise ValidationError({"scenario_set": ["this scenario set has no training scenarios; add or upload some"]})

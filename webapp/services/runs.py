@@ -11,7 +11,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F, Sum
 from django.utils import timezone
 
@@ -36,10 +36,14 @@ def run_launch(*, user, project: Project, name: str, agent: Agent, scenario_set:
                rubric_version: RubricVersion | None = None, judge_config: JudgeConfig | None = None,
                steps: int, group_size: int, groups_per_step: int, learning_rate: float, seed: int = 0,
                overrides: dict[str, Any] | None = None, review_gate: bool = False,
-               parent_checkpoint: Checkpoint | None = None) -> Run:
+               parent_checkpoint: Checkpoint | None = None, launch_token: str = "") -> Run:
     """`review_gate`: wait for a reviewer after each step's scoring. `parent_checkpoint`: a fork, starting from
-    that checkpoint's adapter (the engine's init_checkpoint)."""
+    that checkpoint's adapter (the engine's init_checkpoint). `launch_token`: the launch form's one-time token;
+    a second launch with the same token returns the first run instead of starting a duplicate."""
     require_role(user=user, project=project, role=Role.EDITOR)
+    launch_token = (launch_token or "")[:64]
+    if launch_token and (existing := project.runs.filter(launch_token=launch_token).first()) is not None:
+        return existing
     if parent_checkpoint is not None:
         if parent_checkpoint.run.project_id != project.id:
             raise ValidationError({"parent_checkpoint": ["choose a checkpoint of a run in this project"]})
@@ -53,16 +57,20 @@ def run_launch(*, user, project: Project, name: str, agent: Agent, scenario_set:
                               judge=judge_config, steps=steps, group_size=group_size,
                               groups_per_step=groups_per_step, learning_rate=learning_rate, seed=seed,
                               overrides=overrides)
-    with transaction.atomic():
-        run = Run.objects.create(
-            project=project, name=name, agent=agent, scenario_set=scenario_set, rubric_version=rubric_version,
-            judge_config=judge_config, config=config, total_steps=config["steps"],
-            created_by=user if getattr(user, "is_authenticated", False) else None,
-            phase="waiting for a worker", review_gate=review_gate,
-            parent_checkpoint=parent_checkpoint, parent_run=parent_checkpoint.run if parent_checkpoint else None,
-        )
-        run_status_publish(run_id=run.id)
-        run_enqueue(run=run)
+    try:
+        with transaction.atomic():
+            run = Run.objects.create(
+                project=project, name=name, agent=agent, agent_version=agent.version, scenario_set=scenario_set,
+                rubric_version=rubric_version,
+                judge_config=judge_config, config=config, total_steps=config["steps"],
+                created_by=user if getattr(user, "is_authenticated", False) else None,
+                phase="waiting for a worker", review_gate=review_gate, launch_token=launch_token,
+                parent_checkpoint=parent_checkpoint, parent_run=parent_checkpoint.run if parent_checkpoint else None,
+            )
+            run_status_publish(run_id=run.id)
+            run_enqueue(run=run)
+    except IntegrityError:  # the same form, submitted twice at once: the other request created the run
+        return project.runs.get(launch_token=launch_token)
     return run
 
 

@@ -44,3 +44,20 @@ def message_text(content: Any) -> str:
                 parts.append(f"[{part.get('type', 'part') if isinstance(part, dict) else 'part'}]")
         return "\n".join(parts)
     return json.dumps(content, default=str)
+
+
+@register.filter
+def at(mapping: Any, key: Any) -> Any:
+    """mapping[key] in a template (e.g. a trajectory's reward view by id); None when absent."""
+    try:
+        return mapping.get(key)
+    except AttributeError:
+        return None
+
+
+@register.filter
+def label(index: Any) -> str:
+    """A trajectory's stable label from its rollout index (audit rows keep the index, not the row)."""
+    from webapp.models.runs import trajectory_label
+
+    return trajectory_label(int(index))

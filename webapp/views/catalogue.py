@@ -6,14 +6,16 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
 
 from webapp import selectors
 from webapp.forms import (
     AgentForm, JudgeConfigForm, RubricForm, RubricVersionForm, ScenarioForm, ScenarioSetForm, ScenarioUploadForm,
     apply_service_errors,
 )
-from webapp.models import Agent, JudgeConfig, Role, Rubric, ScenarioSet
+from webapp.models import Agent, JudgeConfig, Role, Rubric, Scenario, ScenarioSet
 from webapp.services import catalogue as svc
+from webapp.services import judge_check
 from webapp.views.common import handle_form, is_validation_request, validation_response
 
 FORM_PAGE = "webapp/form_page.html"
@@ -93,9 +95,35 @@ def scenario_set_detail(request: HttpRequest, scenario_set_id: int) -> HttpRespo
             status = 400
     return render(request, "webapp/scenario_set_detail.html", {
         "project": scenario_set.project, "scenario_set": scenario_set, "can_edit": role == Role.EDITOR,
-        "scenarios": scenario_set.scenarios.order_by("id")[:500], "count": scenario_set.scenarios.count(),
+        "scenarios": scenario_set.scenarios.filter(retired=False).order_by("id")[:500],
+        "count": scenario_set.scenarios.filter(retired=False).count(),
         "form": scenario_form, "upload_form": upload_form,
     }, status=status)
+
+
+@login_required
+def scenario_edit(request: HttpRequest, scenario_id: int) -> HttpResponse:
+    scenario = selectors.in_project_get(user=request.user, model=Scenario, pk=scenario_id,
+                                        path="scenario_set__project", role=Role.EDITOR)
+    used = svc.scenario_runs(scenario=scenario)
+    if request.method == "POST" and request.POST.get("action") == "delete":
+        svc.scenario_delete(user=request.user, scenario=scenario)
+        messages.success(request, f"scenario {scenario.external_id} " + (
+            "retired: no new run gets it, the runs that used it keep it" if used else "deleted"))
+        return redirect("scenario-set-detail", scenario_set_id=scenario.scenario_set_id)
+    form = ScenarioForm(request.POST or None, initial={
+        "external_id": scenario.external_id, "user_message": scenario.user_message, "context": scenario.context,
+        "reference": scenario.reference, "split": scenario.split})
+
+    def save(data):
+        current = svc.scenario_update(user=request.user, scenario=scenario, **data)
+        messages.success(request, f"scenario {current.external_id} saved" + (
+            f" as version {current.version}; the runs that used version {scenario.version} keep it"
+            if current.pk != scenario.pk else ""))
+        return redirect("scenario-set-detail", scenario_set_id=scenario.scenario_set_id)
+
+    return handle_form(request, form, save, "webapp/scenario_edit.html", {
+        "project": scenario.scenario_set.project, "scenario": scenario, "used_by": used})
 
 
 @login_required
@@ -128,7 +156,8 @@ def rubric_detail(request: HttpRequest, rubric_id: int) -> HttpResponse:
 
     return handle_form(request, form, save, "webapp/rubric_detail.html", {
         "project": rubric.project, "rubric": rubric, "can_edit": role == Role.EDITOR,
-        "versions": rubric.versions.select_related("created_by").order_by("-number"),
+        "versions": selectors.rubric_versions(rubric=rubric),
+        "diff": selectors.rubric_version_diff(rubric=rubric, old=request.GET.get("old"), new=request.GET.get("new")),
     })
 
 
@@ -156,6 +185,15 @@ def judge_edit(request: HttpRequest, judge_id: int) -> HttpResponse:
         return redirect("project-detail", project_id=judge.project_id)
 
     return handle_form(request, form, save, FORM_PAGE, {
-        "project": judge.project, "title": f"Judge {judge.name}",
+        "project": judge.project, "title": f"Judge {judge.name}", "test_judge": judge,
         "note": "An API key is stored (encrypted); it is never shown." if judge.has_stored_key else "",
     })
+
+
+@login_required
+@require_POST
+def judge_test(request: HttpRequest, judge_id: int) -> HttpResponse:
+    """One tiny real request to the saved judge: latency, cost and its reply, or why it failed."""
+    judge = selectors.in_project_get(user=request.user, model=JudgeConfig, pk=judge_id, role=Role.EDITOR)
+    result = judge_check.judge_config_test(user=request.user, judge=judge)
+    return render(request, "webapp/partials/judge_test.html", {"result": result, "judge": judge})

@@ -1,16 +1,18 @@
 from __future__ import annotations
 
 from django.contrib import messages
-from django.contrib.auth import get_user_model
+from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
+from django.core.exceptions import ValidationError
 from django.shortcuts import redirect, render
+from django.urls import reverse_lazy
 from django.views.decorators.http import require_POST
 
 from webapp import selectors
-from webapp.forms import MemberForm, ProjectForm
+from webapp.forms import MemberForm, ProjectForm, apply_service_errors
 from webapp.models import Role
-from webapp.services.projects import membership_set, project_create
+from webapp.services.projects import member_add, project_create
 from webapp.views.common import handle_form
 
 
@@ -27,29 +29,43 @@ def project_list(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-def project_detail(request: HttpRequest, project_id: int) -> HttpResponse:
+def project_detail(request: HttpRequest, project_id: int, member_form: MemberForm | None = None,
+                   status: int = 200) -> HttpResponse:
     project = selectors.project_get(user=request.user, project_id=project_id)
     role = selectors.project_role(user=request.user, project=project)
     return render(request, "webapp/project_detail.html", {
         "project": project, "role": role, "can_edit": role == Role.EDITOR,
         "runs": selectors.runs_for_project(project=project)[:50],
-        "members": selectors.project_members(project=project), "member_form": MemberForm(),
+        "members": selectors.project_members(project=project), "member_form": member_form or MemberForm(),
         **selectors.catalogue_for_project(project=project),
-    })
+    }, status=status)
 
 
 @login_required
 @require_POST
 def project_member_add(request: HttpRequest, project_id: int) -> HttpResponse:
+    """Errors are shown beside the form (the page re-rendered, status 400), not in the message bar."""
     project = selectors.project_get(user=request.user, project_id=project_id, role=Role.EDITOR)
     form = MemberForm(request.POST)
     if form.is_valid():
-        user = get_user_model().objects.filter(username=form.cleaned_data["username"]).first()
-        if user is None:
-            messages.error(request, f"no user named {form.cleaned_data['username']!r}")
+        try:
+            membership, invite = member_add(project=project, acting_user=request.user, **form.cleaned_data)
+        except ValidationError as err:
+            apply_service_errors(form, err)
         else:
-            membership_set(project=project, user=user, role=form.cleaned_data["role"], acting_user=request.user)
-            messages.success(request, f"{user.username} is now a {form.cleaned_data['role']}")
-    else:
-        messages.error(request, "give a username and a role")
-    return redirect("project-detail", project_id=project.id)
+            if invite:
+                messages.success(request, f"account {membership.user.username} created as {membership.role}; send "
+                                          f"them this one-time link to set a password: "
+                                          f"{request.build_absolute_uri(invite)}")
+            else:
+                messages.success(request, f"{membership.user.username} is now a {membership.role}")
+            return redirect("project-detail", project_id=project.id)
+    return project_detail(request, project_id, member_form=form, status=400)
+
+
+class InviteAcceptView(auth_views.PasswordResetConfirmView):
+    """The invite link: the new member sets a password (Django's one-time token, spent once a password is set)."""
+
+    template_name = "registration/invite_accept.html"
+    success_url = reverse_lazy("login")
+    post_reset_login = False

@@ -5,15 +5,14 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
-from django.db.models import Count, Q
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from webapp import review_selectors as review
-from webapp import selectors
-from webapp.forms import ForkForm, OverrideForm, PlaygroundForm, ReorderForm
+from webapp import reward_selectors, selectors
+from webapp.forms import ForkForm, OverrideForm, PlaygroundFilterForm, PlaygroundForm, ReorderForm
 from webapp.models import Rescore, Role, RubricVersion, TrajectoryGroup
 from webapp.services import playground as playground_services
 from webapp.services import review as review_services
@@ -38,11 +37,13 @@ def group_detail(request: HttpRequest, group_id: int) -> HttpResponse:
     group = selectors.group_get(user=request.user, group_id=group_id)
     group = TrajectoryGroup.objects.select_related("run__project", "scenario").get(pk=group.pk)
     if getattr(request, "htmx", False):  # the run page's live card
-        return render(request, "webapp/partials/group_card.html", {"group": group, "run": group.run})
+        return render(request, "webapp/partials/group_card.html", {
+            "group": group, "run": group.run, "rewards": reward_selectors.groups_view(run=group.run, groups=[group])})
     ids = [int(i) for i in request.GET.getlist("t") if i.isdigit()] or list(
         group.trajectories.order_by("rank", "index").values_list("id", flat=True))
     return render(request, "webapp/compare.html", {
-        "run": group.run, "project": group.run.project, "group": group, "scenario": group.scenario,
+        "run": group.run, "project": group.run.project, "group": group,
+        "scenario": reward_selectors.group_scenario(group=group),
         "columns": review.compare_columns(run=group.run, trajectory_ids=ids),
         "all_trajectories": group.trajectories.order_by("rank", "index"), **review.group_neighbours(group=group),
         "override_form": OverrideForm(), **_role_context(request, group.run.project),
@@ -150,20 +151,13 @@ def run_fork(request: HttpRequest, checkpoint_id: int) -> HttpResponse:
         "note": "The new run starts from this checkpoint's adapter, with the parent's agent and scenarios."})
 
 
-def _playground_groups(project):
-    """Labelled groups first, then the newest; bounded, and unsliced (the form field filters it)."""
-    ordered = (TrajectoryGroup.objects.filter(run__project=project)
-               .annotate(labels=Count("trajectories", filter=Q(trajectories__override_score__isnull=False)))
-               .order_by("-labels", "-run_id", "-step_index", "index"))
-    ids = list(ordered.values_list("id", flat=True)[:200])
-    return ordered.filter(pk__in=ids).select_related("run")
-
-
 @login_required
 def playground(request: HttpRequest, project_id: int) -> HttpResponse:
     project = selectors.project_get(user=request.user, project_id=project_id)
-    groups = _playground_groups(project)
-    initial: dict = {"groups": [int(g) for g in request.GET.getlist("group") if g.isdigit()]}
+    filters = PlaygroundFilterForm(request.GET, project=project)
+    groups = review.playground_groups(project=project, **filters.filters())
+    picked = [int(g) for g in request.GET.getlist("group") if g.isdigit()]
+    initial: dict = {"groups": list(groups.values_list("id", flat=True)) if request.GET.get("all") else picked}
     if request.GET.get("version", "").isdigit():
         version = selectors.in_project_get(user=request.user, model=RubricVersion, pk=int(request.GET["version"]),
                                            path="rubric__project")
@@ -185,7 +179,8 @@ def playground(request: HttpRequest, project_id: int) -> HttpResponse:
         return redirect("playground-detail", rescore_id=rescore.id)
 
     return handle_form(request, form, save, "webapp/playground.html", {
-        "project": project, "recent": project.rescores.select_related("created_by")[:10],
+        "project": project, "recent": project.rescores.select_related("created_by")[:10], "filters": filters,
+        "filter_query": request.GET.urlencode(), "shown": groups.count(),
         **_role_context(request, project)})
 
 
@@ -212,3 +207,24 @@ def playground_save(request: HttpRequest, rescore_id: int) -> HttpResponse:
     except ValidationError as err:
         messages.error(request, " ".join(err.messages))
     return redirect("playground-detail", rescore_id=rescore.id)
+
+
+@login_required
+def runs_compare(request: HttpRequest, project_id: int) -> HttpResponse:
+    """Several runs' reward and agreement curves overlaid: ?run=<id>&run=<id>…"""
+    project = selectors.project_get(user=request.user, project_id=project_id)
+    picked = [int(i) for i in request.GET.getlist("run") if i.isdigit()]
+    series = review.runs_overlay(project=project, run_ids=picked)
+    return render(request, "webapp/runs_compare.html", {
+        "project": project, "runs": selectors.runs_for_project(project=project)[:100], "picked": set(picked),
+        "series": series, "has_points": any(s["reward"] or s["agreement"] for s in series)})
+
+
+@login_required
+def run_export(request: HttpRequest, run_id: int) -> HttpResponse:
+    """Scored groups as JSONL for `python -m judging score` (?step=N for one step)."""
+    run = selectors.run_get(user=request.user, run_id=run_id)
+    step = int(request.GET["step"]) if request.GET.get("step", "").isdigit() else None
+    response = StreamingHttpResponse(review.run_groups_jsonl(run=run, step=step), content_type="application/jsonl")
+    response["Content-Disposition"] = f'attachment; filename="{run.config.get("name", "run")}-groups.jsonl"'
+    return response

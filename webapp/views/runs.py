@@ -12,8 +12,8 @@ from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from webapp import selectors
-from webapp.forms import LaunchForm
+from webapp import reward_selectors, selectors
+from webapp.forms import GroupSearchForm, LaunchForm
 from webapp.models import Role
 from webapp.services import runs as run_services
 from webapp.views.common import handle_form
@@ -39,9 +39,9 @@ def run_launch(request: HttpRequest, project_id: int) -> HttpResponse:
     form = LaunchForm(request.POST or None, project=project, initial=initial)
 
     def save(data):
-        rubric = data.pop("rubric")
-        run = run_services.run_launch(
-            user=request.user, project=project, rubric_version=rubric.latest_version if rubric else None, **data)
+        rubric, version = data.pop("rubric"), data.pop("rubric_version")
+        run = run_services.run_launch(user=request.user, project=project,
+                                      rubric_version=version or (rubric.latest_version if rubric else None), **data)
         return redirect("run-detail", run_id=run.id)
 
     return handle_form(request, form, save, "webapp/run_launch.html", {"project": project})
@@ -50,17 +50,23 @@ def run_launch(request: HttpRequest, project_id: int) -> HttpResponse:
 def _run_context(request: HttpRequest, run) -> dict:
     role = selectors.project_role(user=request.user, project=run.project)
     return {"run": run, "project": run.project, "can_control": role == Role.EDITOR,
-            "can_review": role in (Role.REVIEWER, Role.EDITOR), "cost": selectors.run_judge_cost(run=run)}
+            "can_review": role in (Role.REVIEWER, Role.EDITOR), "cost": selectors.run_judge_cost(run=run),
+            "last_checkpoint": run.checkpoints.order_by("-step_index").first()}
 
 
 @login_required
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     run = selectors.run_get(user=request.user, run_id=run_id)
-    groups = list(selectors.run_groups(run=run, limit=GROUPS_PER_PAGE))
+    search_form = GroupSearchForm(request.GET or None)
+    search = search_form.search()
+    groups = list(selectors.run_groups(run=run, limit=GROUPS_PER_PAGE, search=search))
     return render(request, "webapp/run_detail.html", {
         **_run_context(request, run), "steps": selectors.run_steps(run=run), "groups": groups,
-        "more_groups": selectors.run_group_count(run=run) > len(groups), "next_offset": len(groups),
+        "search_form": search_form, "search": search, "search_query": request.GET.urlencode(),
+        "more_groups": selectors.run_group_count(run=run, search=search) > len(groups), "next_offset": len(groups),
+        "rewards": reward_selectors.groups_view(run=run, groups=groups),
         "checkpoints": run.checkpoints.order_by("step_index"), "chart": selectors.run_chart_data(run=run),
+        "settings": selectors.run_settings(run=run),
         "last_seq": run.last_event_seq,
     })
 
@@ -92,10 +98,15 @@ def run_groups(request: HttpRequest, run_id: int) -> HttpResponse:
         offset = max(0, int(request.GET.get("offset", "0")))
     except ValueError:
         offset = 0
-    groups = list(selectors.run_groups(run=run, limit=GROUPS_PER_PAGE, offset=offset))
+    search_form = GroupSearchForm(request.GET)
+    search = search_form.search()
+    groups = list(selectors.run_groups(run=run, limit=GROUPS_PER_PAGE, offset=offset, search=search))
+    query = request.GET.copy()
+    query.pop("offset", None)
     return render(request, "webapp/partials/group_list.html", {
-        "run": run, "groups": groups, "next_offset": offset + len(groups),
-        "more_groups": selectors.run_group_count(run=run) > offset + len(groups)})
+        "run": run, "groups": groups, "next_offset": offset + len(groups), "search_query": query.urlencode(),
+        "rewards": reward_selectors.groups_view(run=run, groups=groups),
+        "more_groups": selectors.run_group_count(run=run, search=search) > offset + len(groups)})
 
 
 @login_required
@@ -118,8 +129,12 @@ def run_control(request: HttpRequest, run_id: int, action: str) -> HttpResponse:
 def trajectory_detail(request: HttpRequest, trajectory_id: int) -> HttpResponse:
     trajectory = selectors.trajectory_get(user=request.user, trajectory_id=trajectory_id)
     run = trajectory.group.run
+    members = list(trajectory.group.trajectories.order_by("index"))
     return render(request, "webapp/trajectory_detail.html", {
         "trajectory": trajectory, "group": trajectory.group, "run": run, "project": run.project,
+        "r": reward_selectors.trajectory_reward(trajectory=trajectory), "group_size": len(members),
+        "explanation": reward_selectors.explanation_for_people(text=trajectory.explanation, trajectories=members),
+        "history": trajectory.overrides.select_related("user").order_by("-id")[:20],
     })
 
 
