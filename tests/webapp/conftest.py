@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -11,6 +12,7 @@ import pytest
 import redis
 from django.conf import settings
 
+from studio.key_policy import parse_key_policy
 from tests.judge_double import judge_double  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -144,3 +146,13 @@ async def _close_async_helper_connections():
     from django.db import connections
 
     await sync_to_async(connections.close_all)()
+
+
+@pytest.fixture(autouse=True)
+def _double_key_allowed(request, settings, monkeypatch):
+    """The administrators' policy binds the double's key variable to the double (studio/key_policy.py), here
+    and in a Celery worker started by the test (from the environment)."""
+    if "judge_double" in request.fixturenames:
+        policy = {"JUDGE_DOUBLE_API_KEY": [request.getfixturevalue("judge_double").api_base]}
+        monkeypatch.setenv("STUDIO_JUDGE_KEY_ENDPOINTS", json.dumps(policy))
+        settings.STUDIO_JUDGE_KEY_ENDPOINTS = parse_key_policy(json.dumps(policy))

@@ -2,12 +2,9 @@
 with human labels beside the current version, cost and cache; saving the candidate as a new version; Celery."""
 from __future__ import annotations
 
-import json
-
 import pytest
 from rest_framework.test import APIClient
 
-from studio.key_policy import parse_key_policy
 from tests.judge_double import JudgeDouble
 from tests.webapp.conftest import wait_for
 from tests.webapp.factories import judge_factory, member_factory, rubric_factory, run_factory
@@ -25,16 +22,6 @@ def _api(user) -> APIClient:
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.get_or_create(user=user)[0].key}")
     return client
-
-
-@pytest.fixture(autouse=True)
-def _double_key_allowed(request, settings, monkeypatch):
-    """The administrators' policy binds the double's key variable to the double (studio/key_policy.py), here
-    and in a Celery worker started by the test (from the environment)."""
-    if "judge_double" in request.fixturenames:
-        policy = {"JUDGE_DOUBLE_API_KEY": [request.getfixturevalue("judge_double").api_base]}
-        monkeypatch.setenv("STUDIO_JUDGE_KEY_ENDPOINTS", json.dumps(policy))
-        settings.STUDIO_JUDGE_KEY_ENDPOINTS = parse_key_policy(json.dumps(policy))
 
 
 def _labelled_run(judge_double: JudgeDouble):

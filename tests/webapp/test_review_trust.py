@@ -271,19 +271,20 @@ def test_the_test_judge_button_makes_one_real_call_and_shows_latency_cost_and_th
     assert "trajectory_id" in html.split('id="judge-test-reply"')[1]  # the judge's own reply, escaped
 
 
-def test_a_judge_that_is_down_fails_the_test_at_once_with_its_reason(client, monkeypatch):
+def test_a_judge_that_is_down_fails_the_test_at_once_with_its_reason(client, monkeypatch, settings):
     import socket
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed once the block ends: nothing listens there
+    api_base = f"http://127.0.0.1:{port}/v1"
+    settings.STUDIO_JUDGE_KEY_ENDPOINTS = {"STUDIO_TEST_ABSENT_KEY": (api_base,), "STUDIO_TEST_DOWN_KEY": (api_base,)}
     project = project_factory()
-    judge = judge_factory(project=project, model="openai/judge", api_base=f"http://127.0.0.1:{port}/v1",
-                          api_key_env="")
+    judge = judge_factory(project=project, model="openai/judge", api_base=api_base, api_key_env="")
     judge.api_key_env = "STUDIO_TEST_ABSENT_KEY"
     judge.save()
     html = _login(client, project.owner).post(f"/judges/{judge.id}/test/").content.decode()
-    assert 'data-ok="0"' in html and "STUDIO_TEST_ABSENT_KEY is not set" in html
+    assert 'data-ok="0"' in html and "STUDIO_TEST_ABSENT_KEY&#x27;, but that environment variable is not set" in html
     monkeypatch.setenv("STUDIO_TEST_DOWN_KEY", "test")
     judge.api_key_env = "STUDIO_TEST_DOWN_KEY"
     judge.save()

@@ -8,6 +8,7 @@ from typing import Any
 
 from webapp.models import JudgeConfig, Role
 from webapp.services.access import require_role
+from webapp.services.playground import judge_request_params
 
 TEST_TIMEOUT_S = 20.0  # long enough for a slow hosted model's first token, short enough to wait for in a page
 _GROUP = [[{"role": "user", "content": "What is 2 + 2?"}, {"role": "assistant", "content": "4"}],
@@ -19,13 +20,12 @@ def judge_config_test(*, user, judge: JudgeConfig) -> dict[str, Any]:
     """{"ok", "latency_s", "cost_usd", "prompt_tokens", "completion_tokens", "reply", "scores", "error"}.
     Never raises for a judge problem: the reason is the result."""
     import judging
-    from webapp.services.playground import _litellm_params
 
     require_role(user=user, project=judge.project, role=Role.EDITOR)
     started = time.perf_counter()
     result: dict[str, Any] = {"ok": False, "model": judge.model, "cost_usd": None, "reply": "", "scores": []}
     try:
-        params = {**_litellm_params(judge, judge.temperature), "timeout": TEST_TIMEOUT_S}
+        params = {**judge_request_params(judge=judge), "timeout": TEST_TIMEOUT_S}
         judgement = asyncio.run(judging.score_group(
             _GROUP, judge.model, rubric=_RUBRIC, extra_litellm_params=params, cache=False, shuffle=False,
             transport_retries=0, max_attempts=1))

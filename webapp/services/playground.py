@@ -65,6 +65,29 @@ def playground_create(*, user, project: Project, group_ids: list[int], rubric_te
     return rescore
 
 
+def _judge_key(judge: JudgeConfig) -> str | None:
+    """The key given directly to litellm, if any; a key variable outside the admins' policy is refused."""
+    if judge.api_key_env:
+        refusal = key_policy_refusal(settings.STUDIO_JUDGE_KEY_ENDPOINTS, api_key_env=judge.api_key_env,
+                                     api_base=judge.api_base)
+        if refusal:
+            raise ValueError(refusal)
+        return None
+    if judge.api_key_encrypted:
+        return secret_decrypt(token=judge.api_key_encrypted)
+    if judge.api_base:
+        return "none"  # else litellm would send the provider's usual variable (OPENAI_API_KEY, …) here
+    return None
+
+
+def judge_request_params(*, judge: JudgeConfig) -> dict[str, Any]:
+    """The litellm parameters a request to this judge carries (studio.scoring builds them, for runs too)."""
+    from studio.scoring import JudgeScorerOptions, judge_litellm_params
+
+    options = judge_options(judge=judge, rubric_text=None, criteria=None, api_key_env=judge.api_key_env or None)
+    return judge_litellm_params(JudgeScorerOptions.model_validate(options), api_key=_judge_key(judge))
+
+
 def _scorer(rescore: Rescore) -> Any:
     """The training scorer, configured as a run's would be (webapp.services.run_config.judge_options) with the
     candidate's rubric, model, temperature and passes: one request builder and one set of litellm parameters
@@ -72,20 +95,10 @@ def _scorer(rescore: Rescore) -> Any:
     from studio.scoring import judge_scorer_from_config
 
     judge = rescore.judge_config
-    api_key = None
-    if judge.api_key_env:
-        refusal = key_policy_refusal(settings.STUDIO_JUDGE_KEY_ENDPOINTS, api_key_env=judge.api_key_env,
-                                     api_base=judge.api_base)
-        if refusal:
-            raise ValueError(refusal)
-    elif judge.api_key_encrypted:
-        api_key = secret_decrypt(token=judge.api_key_encrypted)
-    elif judge.api_base:
-        api_key = "none"  # else litellm would send the provider's usual variable (OPENAI_API_KEY, …) here
     options = judge_options(judge=judge, rubric_text=rescore.rubric_text, criteria=rescore.criteria or None,
                             api_key_env=judge.api_key_env or None, model=rescore.judge_model,
                             temperature=rescore.temperature, passes=rescore.passes)
-    return judge_scorer_from_config(options, api_key=api_key)
+    return judge_scorer_from_config(options, api_key=_judge_key(judge))
 
 
 def _engine_group(group: TrajectoryGroup, trajectories: list[Trajectory]) -> Any:
