@@ -74,3 +74,49 @@ def test_a_saved_checkpoint_restores_adapter_and_optimizer(tiny_model_dir, tmp_p
     a, b = adapter_weights(trainer), adapter_weights(restored)
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert restored.optimizer.state_dict()["state"].keys() == trainer.optimizer.state_dict()["state"].keys()
+
+
+def count_forwards(trainer: Trainer) -> list[int]:
+    """Counts forward passes through the transformer body (a hook on the real module, nothing replaced)."""
+    calls = [0]
+    trainer.model.get_base_model().get_decoder().register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+    return calls
+
+
+def test_one_epoch_per_step_skips_the_old_logprob_pass_and_reports_no_clip_metrics(tiny_model_dir):
+    trainer = make(tiny_model_dir, micro_batch_size=8)
+    calls = count_forwards(trainer)
+    metrics = trainer.train_step(groups())  # 8 sequences: one micro-batch
+    assert calls[0] == 1  # the training forward only: with one epoch the "old" policy is the current one
+    assert metrics["clip_fraction"] is None and metrics["ratio_mean"] is None
+    assert metrics["loss"] is not None
+
+
+def test_several_epochs_measure_the_old_policy_and_report_clip_metrics(tiny_model_dir):
+    trainer = make(tiny_model_dir, micro_batch_size=8, epochs_per_step=2)
+    calls = count_forwards(trainer)
+    metrics = trainer.train_step(groups())
+    assert calls[0] == 3  # one pass for the old log-probs, one per epoch
+    assert metrics["clip_fraction"] is not None and metrics["ratio_mean"] is not None
+
+
+def test_with_beta_rows_of_zero_advantage_still_pull_towards_the_reference(tiny_model_dir):
+    trainer = make(tiny_model_dir, beta=0.5)
+    trainer.train_step(groups())  # the adapter moves away from the base model
+    flat = groups()
+    for g in flat:
+        for t in g.trajectories:
+            t.advantage = 0.0
+    before = adapter_weights(trainer)
+    metrics = trainer.train_step(flat)
+    assert metrics["trained_sequences"] == 8 and metrics["kl"] > 0.0
+    assert metrics["loss"] == pytest.approx(0.5 * metrics["kl"], rel=1e-4)  # the surrogate is zero, KL is not
+    after = adapter_weights(trainer)
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+
+
+def test_without_beta_rows_of_zero_advantage_are_skipped(tiny_model_dir):
+    trainer = make(tiny_model_dir)
+    data = groups()
+    data[0].trajectories[0].advantage = 0.0
+    assert trainer.train_step(data)["trained_sequences"] == 7
