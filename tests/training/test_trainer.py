@@ -120,3 +120,100 @@ def test_without_beta_rows_of_zero_advantage_are_skipped(tiny_model_dir):
     data = groups()
     data[0].trajectories[0].advantage = 0.0
     assert trainer.train_step(data)["trained_sequences"] == 7
+
+
+def full_vocabulary_logprobs(model, input_ids, temperature=1.0):
+    """The textbook computation the trainer avoids: log_softmax over every position and the whole vocabulary."""
+    logits = model(input_ids=input_ids).logits[:, :-1].float() / temperature
+    picked = torch.log_softmax(logits, dim=-1).gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    return torch.nn.functional.pad(picked, (1, 0))
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_trained_position_logprobs_match_the_full_vocabulary_computation(tiny_model_dir, temperature):
+    from training.grpo import token_logprobs
+
+    trainer = make(tiny_model_dir)
+    input_ids = torch.tensor([[3, 17, 40, 99, 7, 12, 5, 64]])
+    mask = torch.tensor([[0, 0, 1, 1, 0, 1, 1, 1]])
+    with torch.no_grad():
+        want = full_vocabulary_logprobs(trainer.model, input_ids, temperature) * mask
+        got = token_logprobs(trainer.model, input_ids, torch.ones_like(input_ids), mask, temperature=temperature,
+                             chunk_tokens=2)  # several chunks
+    assert torch.allclose(got, want, atol=1e-5)
+    assert got[0, :2].tolist() == [0.0, 0.0] and got[0, 4].item() == 0.0  # untrained positions are not computed
+
+
+def test_micro_batches_follow_the_token_budget_and_keep_the_update(tiny_model_dir):
+    from training.batching import micro_batches
+
+    loose, tight = make(tiny_model_dir, micro_batch_size=64), make(tiny_model_dir, micro_batch_size=64,
+                                                                    micro_batch_tokens=600)
+    rows = tight._rows(groups())
+    batches = micro_batches(rows, max_tokens=600, max_rows=64)
+    assert len(batches) > 1 and all(len(b) * max(len(r.input_ids) for r in b) <= 600 for b in batches)
+    a, b = loose.train_step(groups()), tight.train_step(groups())
+    assert a["loss"] == pytest.approx(b["loss"], rel=1e-4) and a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-4)
+
+
+def test_a_trajectory_longer_than_the_token_budget_is_a_clear_error_before_any_update(tiny_model_dir):
+    from training.errors import TrainingError
+
+    trainer = make(tiny_model_dir, micro_batch_tokens=20)
+    before = adapter_weights(trainer)
+    with pytest.raises(TrainingError, match="does not fit grpo.micro_batch_tokens=20"):
+        trainer.train_step(groups())
+    assert all(torch.equal(before[k], v) for k, v in adapter_weights(trainer).items())
+
+
+def test_the_sampler_gap_is_reported_where_the_server_gave_logprobs(tiny_model_dir):
+    from training.chat_format import encode_conversation
+
+    trainer = make(tiny_model_dir)
+    data = groups(count=1, size=2)
+    for t in data[0].trajectories:
+        ids, mask = encode_conversation(trainer.tokenizer, t.messages[:3])  # system, user, first reply
+        t.messages = t.messages[:3]
+        sampled = [i for i, m in zip(ids, mask) if m]
+        t.turn_token_ids = [sampled]
+        t.turn_logprobs = [[-0.5] * len(sampled)]
+    with torch.no_grad():
+        ids, mask = encode_conversation(trainer.tokenizer, data[0].trajectories[0].messages)
+        own = full_vocabulary_logprobs(trainer.model, torch.tensor([ids]))[0]
+    metrics = trainer.train_step(data)
+    assert metrics["sampler_gap"] is not None and metrics["sampler_gap"] > 0.0
+    assert groups()[0].trajectories[0].turn_logprobs == [] and make(tiny_model_dir).train_step(groups())["sampler_gap"] is None
+    assert float(own[torch.tensor(mask) > 0].max()) < 0.0  # real log-probs, so the gap measures a real difference
+
+
+def test_cuda_asked_without_cuda_and_cpu_on_a_gpu_worker_are_refused():
+    from training.errors import TrainingError
+    from training.trainer import pick_device
+
+    assert pick_device("cpu") == "cpu"
+    with pytest.raises(TrainingError, match="requires a GPU"):
+        pick_device("cpu", require_gpu=True)
+    if not torch.cuda.is_available():
+        with pytest.raises(TrainingError, match="no CUDA device"):
+            pick_device("cuda")
+        with pytest.raises(TrainingError, match="requires a GPU"):
+            pick_device("auto", require_gpu=True)
+
+
+def test_dtype_auto_is_float32_on_cpu(tiny_model_dir):
+    from training.trainer import resolve_dtype
+
+    assert resolve_dtype("auto", "cpu") == torch.float32 and resolve_dtype("bfloat16", "cpu") == torch.bfloat16
+    assert next(make(tiny_model_dir).model.parameters()).dtype == torch.float32
+
+
+def test_a_4bit_base_without_bitsandbytes_is_a_clear_error(tiny_model_dir):
+    import importlib.util
+
+    from training.config import TrainerConfig
+    from training.errors import TrainingError
+
+    if importlib.util.find_spec("bitsandbytes") is not None:
+        pytest.skip("bitsandbytes is installed here")
+    with pytest.raises(TrainingError, match="needs the bitsandbytes package"):
+        Trainer(str(tiny_model_dir), LoraConfig(), GRPOConfig(), options=TrainerConfig(load_in_4bit=True))
