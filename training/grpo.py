@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Sequence
 
 import torch
+import torch.utils.checkpoint
 
 
 def group_advantages(rewards: Sequence[float] | torch.Tensor, *, scale: bool = True, eps: float = 1e-6) -> torch.Tensor:
@@ -94,14 +95,22 @@ def token_logprobs(
     rows, cols = wanted.nonzero(as_tuple=True)  # [N] each: position t is predicted from hidden state t-1
     states, targets = hidden[rows, cols - 1], input_ids[rows, cols]  # [N, H], [N]
     scale = temperature if temperature > 0 else 1.0
-    picked = []
-    for start in range(0, targets.numel(), chunk_tokens):
-        logits = head(states[start: start + chunk_tokens]).float()  # [n, V]
+
+    def chunk_logprobs(states: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:  # [n, H], [n] -> [n]
+        logits = head(states).float()  # [n, V]
         if softcap:
             logits = torch.tanh(logits / softcap) * softcap
         logits = logits / scale
-        chosen = logits.gather(-1, targets[start: start + chunk_tokens].unsqueeze(-1)).squeeze(-1)
-        picked.append(chosen - torch.logsumexp(logits, dim=-1))
+        return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+
+    picked = []
+    for start in range(0, targets.numel(), chunk_tokens):
+        part = (states[start: start + chunk_tokens], targets[start: start + chunk_tokens])
+        if torch.is_grad_enabled():
+            # Recomputed in the backward pass, so only one chunk's logits are ever alive, not every chunk's.
+            picked.append(torch.utils.checkpoint.checkpoint(chunk_logprobs, *part, use_reentrant=False))
+        else:
+            picked.append(chunk_logprobs(*part))
     out = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)  # [B, T]
     if picked:
         out = out.index_put((rows, cols), torch.cat(picked))

@@ -45,6 +45,20 @@ def resolve_dtype(name: str, device: str) -> torch.dtype:
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
 
 
+def step_memory_bytes(config: Any, *, tokens: int, dtype: torch.dtype, checkpointing: bool,
+                      chunk_tokens: int) -> int:
+    """Upper estimate of the activation memory of one micro-batch of `tokens` padded tokens (weights excluded).
+
+    Per token and layer a decoder layer keeps about 34 hidden-sized tensors for its backward (attention
+    projections, the MLP's wider intermediates, norms, residuals); with checkpointing only the layer's input is
+    kept and one layer at a time is recomputed. The log-prob chunk holds its float32 logits about 3 times.
+    """
+    hidden, layers = getattr(config, "hidden_size", 0), getattr(config, "num_hidden_layers", 0)
+    width = torch.finfo(dtype).bits // 8
+    per_token = hidden * width * ((layers + 34) if checkpointing else layers * 34)
+    return tokens * per_token + chunk_tokens * getattr(config, "vocab_size", 0) * 4 * 3
+
+
 class _PolicyLogprobs(torch.nn.Module):
     """The forward pass DDP/FSDP wrap: trained-position log-probs of the policy."""
 
@@ -117,16 +131,12 @@ class Trainer:
         return base
 
     def _check_fits(self, base: torch.nn.Module) -> None:
-        """On CUDA, a rough activation estimate for one micro-batch against free memory, before the first step."""
+        """On CUDA, the estimate of one micro-batch's memory against free memory, before the first step."""
         if not self.device.startswith("cuda"):
             return
-        cfg = base.config
-        hidden, layers = getattr(cfg, "hidden_size", 0), getattr(cfg, "num_hidden_layers", 0)
-        width = torch.finfo(self.dtype).bits // 8
-        # Per token and layer: ~2 saved hidden states with checkpointing, ~16 (attention + MLP) without.
-        per_token = hidden * layers * width * (2 if self.options.gradient_checkpointing else 16)
-        needed = self.grpo.micro_batch_tokens * per_token
-        needed += self.options.logprob_chunk_tokens * getattr(cfg, "vocab_size", 0) * 4 * 3  # logits chunk
+        needed = step_memory_bytes(base.config, tokens=self.grpo.micro_batch_tokens, dtype=self.dtype,
+                                   checkpointing=self.options.gradient_checkpointing,
+                                   chunk_tokens=self.options.logprob_chunk_tokens)
         free, _ = torch.cuda.mem_get_info(torch.device(self.device))
         if needed > free:
             raise TrainingError(
