@@ -217,3 +217,25 @@ def test_a_4bit_base_without_bitsandbytes_is_a_clear_error(tiny_model_dir):
         pytest.skip("bitsandbytes is installed here")
     with pytest.raises(TrainingError, match="needs the bitsandbytes package"):
         Trainer(str(tiny_model_dir), LoraConfig(), GRPOConfig(), options=TrainerConfig(load_in_4bit=True))
+
+
+def test_truncated_importance_sampling_caps_the_token_weights(tiny_model_dir):
+    from training.chat_format import encode_conversation
+    from training.config import TrainerConfig
+
+    def sampled_groups():
+        data = groups(count=1, size=2)
+        tokenizer = make(tiny_model_dir).tokenizer
+        for t in data[0].trajectories:
+            t.messages = t.messages[:3]
+            ids, mask = encode_conversation(tokenizer, t.messages)
+            t.turn_token_ids = [[i for i, m in zip(ids, mask) if m]]
+            t.turn_logprobs = [[-50.0] * len(t.turn_token_ids[0])]  # the sampler found these tokens very unlikely
+        return data
+
+    plain = make(tiny_model_dir).train_step(sampled_groups())
+    capped = Trainer(str(tiny_model_dir), LoraConfig(), GRPOConfig(learning_rate=1e-2), seed=1,
+                     options=TrainerConfig(tis_cap=2.0)).train_step(sampled_groups())
+    # p_trainer / p_sampler is astronomically large here, so every token's weight is the cap: twice the gradient.
+    assert capped["grad_norm"] == pytest.approx(2.0 * plain["grad_norm"], rel=1e-4)
+    assert capped["sampler_gap"] == pytest.approx(plain["sampler_gap"]) and plain["sampler_gap"] > 40
