@@ -4,7 +4,7 @@
 
 For Qwen2-architecture models of 0.5B and 1.5B parameters with random weights (training.synthetic_model),
 bf16 with gradient checkpointing, LoRA r=16 on every projection: a fixed batch of 32 conversations (4 groups
-of 8, ~300-token replies). Our `Trainer.train_step` (one warm-up, median of 3) against a plain loop on the same
+of 8, replies stretched by 150 words). Our `Trainer.train_step` (one warm-up, median of 3) against a plain loop on the same
 padded batch: peft model, `model(input_ids, attention_mask).logits`, token-weighted policy-gradient loss over
 the assistant tokens from a full-vocabulary log_softmax, backward, AdamW step, same micro-batches by count.
 MFU = model FLOPs / time / 798e12 (H100 bf16 dense peak, as the issue fixes it). Model FLOPs per processed
@@ -67,7 +67,7 @@ def bench_size(size: str, device: str = "cuda") -> dict[str, Any]:
     from training.trainer import Trainer
 
     path = build_synthetic_model(tempfile.mkdtemp(prefix=f"gpu-bench-{size}-"), size)
-    groups = synthetic_groups(4, 8, reply_words=300)
+    groups = synthetic_groups(4, 8, reply_words=150)
     grpo = GRPOConfig(micro_batch_size=8, micro_batch_tokens=16384, learning_rate=1e-5)
     trainer = Trainer(str(path), LoraConfig(r=16, alpha=32), grpo, device=device,
                       options=TrainerConfig(dtype="bfloat16", gradient_checkpointing=True))

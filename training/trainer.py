@@ -51,12 +51,13 @@ def step_memory_bytes(config: Any, *, tokens: int, dtype: torch.dtype, checkpoin
 
     Per token and layer a decoder layer keeps about 34 hidden-sized tensors for its backward (attention
     projections, the MLP's wider intermediates, norms, residuals); with checkpointing only the layer's input is
-    kept and one layer at a time is recomputed. The log-prob chunk holds its float32 logits about 3 times.
+    kept and one layer at a time is recomputed. The log-prob chunk's backward holds about 5 float32 copies of its
+    logits (the head's output, its float copy, the softmax, and their gradients).
     """
     hidden, layers = getattr(config, "hidden_size", 0), getattr(config, "num_hidden_layers", 0)
     width = torch.finfo(dtype).bits // 8
     per_token = hidden * width * ((layers + 34) if checkpointing else layers * 34)
-    return tokens * per_token + chunk_tokens * getattr(config, "vocab_size", 0) * 4 * 3
+    return tokens * per_token + chunk_tokens * getattr(config, "vocab_size", 0) * 4 * 5
 
 
 class _PolicyLogprobs(torch.nn.Module):
