@@ -4,8 +4,8 @@
 
 For Qwen2-architecture models of 0.5B and 1.5B parameters with random weights (training.synthetic_model),
 bf16 with gradient checkpointing, LoRA r=16 on every projection: a fixed batch of 32 conversations (4 groups
-of 8, replies stretched by 150 words). Our `Trainer.train_step` (one warm-up, median of 3) against a plain loop on the same
-padded batch: peft model, `model(input_ids, attention_mask).logits`, token-weighted policy-gradient loss over
+of 8, replies stretched by 150 words). Our `Trainer.train_step` (one warm-up, median of 3) against a plain loop
+on the same padded batch: peft model, `model(input_ids, attention_mask).logits`, token-weighted policy-gradient loss over
 the assistant tokens from a full-vocabulary log_softmax, backward, AdamW step, same micro-batches by count.
 MFU = model FLOPs / time / 798e12 (H100 bf16 dense peak, as the issue fixes it). Model FLOPs per processed
 token = 4 × parameters (forward 2N, backward 2N for the input gradients: frozen weights get no weight

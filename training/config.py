@@ -109,8 +109,9 @@ class TrainerConfig(_Strict):
         "cap) where the server returned its log-probs; None = off."
     )
     require_gpu: bool = Field(
-        False, description="Refuse to run when the device resolves to CPU (set by GPU workers so that a "
-        "missing driver never trains a model on CPU silently)."
+        False, description="Refuse to run when the device resolves to CPU or the server is the local "
+        "(transformers, test-sized) one: set by GPU workers so that a missing driver or a forgotten server "
+        "setting never trains a model on CPU silently."
     )
     distributed: Literal["none", "ddp", "fsdp"] = Field(
         "none", description="Several processes train one run (launched by torchrun): ddp replicates the model, "
@@ -152,6 +153,9 @@ class RunConfig(_Strict):
     def _scenarios_given(self) -> "RunConfig":
         if not self.scenarios and not self.scenarios_file:
             raise ValueError("give `scenarios` or `scenarios_file`")
+        if self.trainer.require_gpu and self.server.kind == "local":
+            raise ValueError("trainer.require_gpu refuses server.kind 'local' (our CPU/test server): "
+                             "use server.kind 'vllm' or 'external'")
         if self.lora.r > self.server.max_lora_rank:  # else the server refuses the adapter after step 1 trained
             raise ValueError(f"lora.r {self.lora.r} is above server.max_lora_rank {self.server.max_lora_rank}; "
                              "raise server.max_lora_rank or lower lora.r")

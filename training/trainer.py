@@ -233,7 +233,9 @@ class Trainer:
         self.model.eval()
         keys = ["loss", "clip_fraction", "ratio_mean", "kl", "gap", "gap_tokens"]
         loss, clip, ratio, kl, gap, gap_tokens = distributed.sum_over_ranks([sums[k] for k in keys], self.device)
-        return {"loss": loss, "clip_fraction": clip if epochs > 1 else None, "ratio_mean": ratio if epochs > 1 else None,
+        informative = epochs > 1  # with one epoch the ratio is 1 and nothing clips
+        return {"loss": loss, "clip_fraction": clip if informative else None,
+                "ratio_mean": ratio if informative else None,
                 "kl": kl, "grad_norm": grad_norm, "sampler_gap": gap / gap_tokens if gap_tokens else None,
                 "trained_sequences": int(total_rows), "tokens": int(total_tokens)}
 

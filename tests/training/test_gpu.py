@@ -30,8 +30,8 @@ def small(tmp_path_factory):
 def test_bf16_steps_with_checkpointing_stay_within_the_token_budget(half_b):
     budget = 4096
     options = TrainerConfig(dtype="auto", gradient_checkpointing=True)
-    trainer = Trainer(str(half_b), LoraConfig(r=16, alpha=32), GRPOConfig(micro_batch_tokens=budget, micro_batch_size=64,
-                      learning_rate=1e-5), device="cuda", options=options)
+    grpo = GRPOConfig(micro_batch_tokens=budget, micro_batch_size=64, learning_rate=1e-5)
+    trainer = Trainer(str(half_b), LoraConfig(r=16, alpha=32), grpo, device="cuda", options=options)
     assert next(trainer.model.get_base_model().parameters()).dtype == torch.bfloat16
     resident = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()

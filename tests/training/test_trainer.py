@@ -182,7 +182,8 @@ def test_the_sampler_gap_is_reported_where_the_server_gave_logprobs(tiny_model_d
         own = full_vocabulary_logprobs(trainer.model, torch.tensor([ids]))[0]
     metrics = trainer.train_step(data)
     assert metrics["sampler_gap"] is not None and metrics["sampler_gap"] > 0.0
-    assert groups()[0].trajectories[0].turn_logprobs == [] and make(tiny_model_dir).train_step(groups())["sampler_gap"] is None
+    assert groups()[0].trajectories[0].turn_logprobs == []
+    assert make(tiny_model_dir).train_step(groups())["sampler_gap"] is None  # no server log-probs: no gap
     assert float(own[torch.tensor(mask) > 0].max()) < 0.0  # real log-probs, so the gap measures a real difference
 
 
@@ -239,3 +240,15 @@ def test_truncated_importance_sampling_caps_the_token_weights(tiny_model_dir):
     # p_trainer / p_sampler is astronomically large here, so every token's weight is the cap: twice the gradient.
     assert capped["grad_norm"] == pytest.approx(2.0 * plain["grad_norm"], rel=1e-4)
     assert capped["sampler_gap"] == pytest.approx(plain["sampler_gap"]) and plain["sampler_gap"] > 40
+
+
+def test_a_gpu_worker_config_refuses_the_local_server(tiny_model_dir, tmp_path):
+    from tests.training.configs import small_config
+    from training.config import RunConfig
+
+    config = small_config(tiny_model_dir, tmp_path).model_dump()
+    config["trainer"] = {"require_gpu": True}
+    with pytest.raises(ValueError, match="require_gpu refuses server.kind 'local'"):
+        RunConfig.model_validate(config)
+    config["server"] = {"kind": "external", "url": "http://127.0.0.1:9/v1"}
+    assert RunConfig.model_validate(config).trainer.require_gpu
