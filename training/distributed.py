@@ -47,10 +47,17 @@ def wrap(module: torch.nn.Module, mode: str) -> torch.nn.Module:
     if not is_distributed() or mode == "none":
         return module
     if mode == "fsdp":
-        from torch.distributed.fsdp import FullyShardedDataParallel
+        from functools import partial
 
-        # Shards parameters, gradients and optimizer state; frozen base weights and LoRA weights share units.
-        return FullyShardedDataParallel(module, use_orig_params=True)
+        from torch.distributed.fsdp import FullyShardedDataParallel
+        from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+
+        # One FSDP unit per decoder layer: a layer's weights are gathered only while it runs. use_orig_params
+        # lets frozen base weights and trainable LoRA weights share a unit.
+        layers = {type(m) for m in module.modules() if type(m).__name__.endswith("DecoderLayer")}
+        policy = partial(transformer_auto_wrap_policy, transformer_layer_cls=layers)
+        return FullyShardedDataParallel(module, use_orig_params=True, auto_wrap_policy=policy,
+                                        device_id=torch.cuda.current_device() if torch.cuda.is_available() else None)
     return torch.nn.parallel.DistributedDataParallel(module)
 
 

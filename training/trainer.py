@@ -67,9 +67,12 @@ class _PolicyLogprobs(torch.nn.Module):
         super().__init__()
         self.model, self.temperature, self.chunk_tokens = model, temperature, chunk_tokens
 
-    def forward(self, input_ids: torch.Tensor, attention: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return token_logprobs(self.model, input_ids, attention, mask, temperature=self.temperature,
-                              chunk_tokens=self.chunk_tokens)
+    def forward(self, input_ids: torch.Tensor, attention: torch.Tensor, mask: torch.Tensor,
+                reference: bool = False) -> torch.Tensor:
+        # The reference pass goes through here too: under FSDP the weights exist whole only inside forward.
+        with self.model.disable_adapter() if reference else contextlib.nullcontext():
+            return token_logprobs(self.model, input_ids, attention, mask, temperature=self.temperature,
+                                  chunk_tokens=self.chunk_tokens)
 
 
 class Trainer:
@@ -96,6 +99,7 @@ class Trainer:
                                      target_modules=lora.target_modules, task_type="CAUSAL_LM")
         self.model = get_peft_model(base, peft_config)  # adapter weights stay float32 (peft's default)
         self.max_length = getattr(base.config, "max_position_embeddings", 2048)
+        self.temperature = temperature
         self.policy = distributed.wrap(
             _PolicyLogprobs(self.model, temperature, self.options.logprob_chunk_tokens), self.options.distributed)
         params = [p for p in self.policy.parameters() if p.requires_grad]
@@ -156,7 +160,7 @@ class Trainer:
                                                       t.turn_logprobs, end_ids=self.end_ids)
                 if sum(mask) == 0:
                     continue
-                if self.policy_temperature not in (0.0, 1.0):
+                if self.temperature not in (0.0, 1.0):
                     lps = [math.nan] * len(lps)  # servers report log-probs at temperature 1: not comparable
                 n = self.max_length
                 rows.append(Row(ids[:n], mask[:n], float(t.advantage or 0.0), lps[:n]))
@@ -171,14 +175,8 @@ class Trainer:
 
     def _logprobs(self, batch: list[Row], *, reference: bool = False) -> torch.Tensor:
         input_ids, mask, attention, _ = self._tensors(batch)
-        with torch.no_grad(), (self.model.disable_adapter() if reference else contextlib.nullcontext()):
-            return token_logprobs(self.model, input_ids, attention, mask, temperature=self.policy_temperature,
-                                  chunk_tokens=self.options.logprob_chunk_tokens)
-
-    @property
-    def policy_temperature(self) -> float:
-        inner = self.policy.module if hasattr(self.policy, "module") else self.policy
-        return inner.temperature
+        with torch.no_grad():
+            return self.policy(input_ids, attention, mask, reference)
 
     def train_step(self, groups: list[TrajectoryGroup]) -> dict[str, float | None]:
         """One optimizer update (per epoch) over the step's trainable trajectories; returns metrics."""
