@@ -16,7 +16,8 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo demo-engine test test-vllm services system-deps compose-check venv vllm-venv art-venv bench lint-imports clean
+.PHONY: demo demo-engine test test-vllm test-gpu bench-gpu test-engine-py312 check-py312 services system-deps compose-check \
+	venv vllm-venv art-venv bench lint-imports clean
 
 venv: $(STAMP)
 $(STAMP): requirements.lock pyproject.toml
@@ -75,6 +76,36 @@ test: venv services system-deps lint-imports
 test-vllm: venv vllm-venv
 	VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(BIN)/python -m pytest -q -m vllm -o addopts=""
 
+# The tests marked `gpu` (deselected by `make test`): bf16 LoRA steps with gradient checkpointing on a random
+# Qwen2 0.5B model, memory within the token budget, bf16 vs float32. Each skips with its reason without CUDA.
+test-gpu: venv
+	$(BIN)/python -m pytest -q -rs -m gpu -o addopts="" tests/training
+
+# tokens/s, peak memory and MFU of the GRPO step for 0.5B and 1.5B random Qwen2 models, against a plain
+# transformers + peft loop on the same batch. Prints one skip line without CUDA.
+bench-gpu: venv
+	$(BIN)/python -m bench.gpu_bench
+
+# The engine (training/, judging/) on Python 3.12, in a separate venv with only the engine's pins. Needs a torch
+# 2.13.0 wheel for 3.12 (none is on this machine's disk; elsewhere pass
+# PY312_PIP_ARGS="--extra-index-url https://download.pytorch.org/whl/cpu" to get the CPU build, not CUDA's).
+PY312 ?= python3.12
+PY312_VENV := .venv-py312
+PY312_PIP_ARGS ?=
+ENGINE_PINS = $$(grep -iE '^(torch|transformers|peft|tokenizers|accelerate|safetensors|pydantic|pydantic_core|httpx|openai|litellm|Jinja2|pytest|pytest-asyncio|pytest-timeout)==' requirements.lock)
+$(PY312_VENV)/bin/python:
+	$(PY312) -m venv $(PY312_VENV)
+test-engine-py312: $(PY312_VENV)/bin/python
+	$(PY312_VENV)/bin/pip install -q $(ENGINE_PINS) $(PY312_PIP_ARGS)
+	$(PY312_VENV)/bin/python -m pytest -q -p no:cacheprovider -o addopts="-m 'not vllm and not gpu'" tests/training tests/judging
+
+# Without a 3.12 torch: byte-compile the engine under 3.12, import its torch-free modules, run the chat-template tests.
+check-py312: $(PY312_VENV)/bin/python
+	$(PY312_VENV)/bin/pip install -q $$(grep -iE '^(pydantic|pydantic_core|transformers|tokenizers|Jinja2|pytest)==' requirements.lock)
+	$(PY312_VENV)/bin/python -m compileall -q training judging
+	$(PY312_VENV)/bin/python -c "import training.config, training.batching, training.chat_format, training.types, training.events"
+	$(PY312_VENV)/bin/python -m pytest -q -rs -p no:cacheprovider -o addopts="" tests/training/test_chat_templates.py
+
 # The main job on the embedded default (SQLite, in-process executor, tiny offline model): creates a demo user
 # and project (credentials printed), builds the tiny model, launches a demo run and serves the dashboard.
 demo: venv
@@ -96,4 +127,4 @@ bench: venv vllm-venv art-venv services
 	$(BIN)/python -m bench.page_latency_bench
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) $(ART_VENV) var
+	rm -rf $(VENV) $(VLLM_VENV) $(ART_VENV) $(PY312_VENV) var

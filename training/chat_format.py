@@ -5,6 +5,12 @@ difference between rendering the conversation up to and including it and renderi
 body of assistant messages (content, tool calls and the end-of-turn marker) is trained; system, user and tool
 messages, and the assistant header, are context. Where the server returned the exact ids it sampled for an
 assistant turn, those ids replace the re-tokenised body, so training sees exactly what was sampled.
+
+The end of an assistant turn is any of the model's end-of-turn ids: the tokenizer's EOS and those of the
+model's generation config (ChatML `<|im_end|>`, Llama 3 `<|eot_id|>`, Gemma `<end_of_turn>`, Mistral `</s>`),
+never a hard-coded string. Templates that rewrite earlier turns (Qwen3's thinking template drops the reasoning
+of past assistant turns) are not prefix-stable and are refused with a clear error: train such a model with a
+template that keeps past turns verbatim (pass it as the tokenizer's chat_template).
 """
 from __future__ import annotations
 
@@ -37,7 +43,34 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 
-END_OF_TURN = "<|im_end|>"
+END_OF_TURN = "<|im_end|>"  # the end-of-turn marker of our own template (the tiny model's EOS)
+NOT_PREFIX_STABLE = (
+    "the chat template is not prefix-stable: rendering a conversation rewrites its earlier turns (Qwen3-style "
+    "thinking templates drop the reasoning of past assistant turns), so assistant turns cannot be masked; use a "
+    "chat template that renders past turns verbatim"
+)
+
+
+def end_of_turn_ids(tokenizer: Any, generation_config: Any = None) -> list[int]:
+    """The ids that end an assistant turn: the generation config's EOS ids, then the tokenizer's EOS."""
+    ids: list[int] = []
+    configured = getattr(generation_config, "eos_token_id", None)
+    for value in (configured if isinstance(configured, (list, tuple)) else [configured]) + [tokenizer.eos_token_id]:
+        if value is not None and int(value) not in ids:
+            ids.append(int(value))
+    if not ids:
+        raise TrainingError("the tokenizer has no EOS token and the model no generation config naming one: "
+                            "cannot tell where an assistant turn ends")
+    return ids
+
+
+def pad_token_id(tokenizer: Any) -> int:
+    """The pad id; EOS where the tokenizer has no pad token (Llama, Mistral). Padding is masked out anyway."""
+    if tokenizer.pad_token_id is not None:
+        return int(tokenizer.pad_token_id)
+    if tokenizer.eos_token_id is not None:
+        return int(tokenizer.eos_token_id)
+    raise TrainingError("the tokenizer has neither a pad nor an EOS token to pad batches with")
 
 
 def render(tokenizer: Any, messages: list[dict], tools: list[dict] | None, *, generation_prompt: bool) -> str:
@@ -55,49 +88,74 @@ def encode_conversation(
     messages: list[dict],
     tools: list[dict] | None = None,
     turn_token_ids: list[list[int] | None] | None = None,
+    *,
+    end_ids: list[int] | None = None,
 ) -> tuple[list[int], list[int]]:
     """Returns (input_ids, mask) where mask[i] = 1 for tokens of the agent's own turns."""
+    ids, mask, _ = encode_with_logprobs(tokenizer, messages, tools, turn_token_ids, end_ids=end_ids)
+    return ids, mask
+
+
+def encode_with_logprobs(
+    tokenizer: Any,
+    messages: list[dict],
+    tools: list[dict] | None = None,
+    turn_token_ids: list[list[int] | None] | None = None,
+    turn_logprobs: list[list[float] | None] | None = None,
+    *,
+    end_ids: list[int] | None = None,
+) -> tuple[list[int], list[int], list[float]]:
+    """(input_ids, mask, sampler log-probs); the log-prob is NaN where the server did not report one."""
+    end_ids = end_ids or end_of_turn_ids(tokenizer)
     input_ids: list[int] = []
     mask: list[int] = []
+    sampler: list[float] = []
+    nan = float("nan")
     rendered = ""
     assistant_turn = 0
     for k, message in enumerate(messages):
         if message["role"] == "assistant":
             header_end = render(tokenizer, messages[:k], tools, generation_prompt=True) if k else ""
             if not header_end.startswith(rendered):
-                raise TrainingError("the chat template is not prefix-stable; cannot mask assistant turns")
+                raise TrainingError(NOT_PREFIX_STABLE)
             header, rendered = header_end[len(rendered):], header_end
         else:
             header = ""
         full = render(tokenizer, messages[: k + 1], tools, generation_prompt=False)
         if not full.startswith(rendered):
-            raise TrainingError("the chat template is not prefix-stable; cannot mask assistant turns")
+            raise TrainingError(NOT_PREFIX_STABLE)
         added, rendered = full[len(rendered):], full
+        added_ids = _ids(tokenizer, added)
         if message["role"] != "assistant":
-            ids = _ids(tokenizer, added)
-            input_ids += ids
-            mask += [0] * len(ids)
+            input_ids += added_ids
+            mask += [0] * len(added_ids)
+            sampler += [nan] * len(added_ids)
             continue
         header_ids = _ids(tokenizer, header)
         input_ids += header_ids
         mask += [0] * len(header_ids)
-        # The body ends at the end-of-turn marker; what follows it (a newline) is context.
-        cut = added.find(END_OF_TURN)
-        body, tail = (added, "") if cut < 0 else (added[: cut + len(END_OF_TURN)], added[cut + len(END_OF_TURN):])
-        sampled = turn_token_ids[assistant_turn] if turn_token_ids and assistant_turn < len(turn_token_ids) else None
+        sampler += [nan] * len(header_ids)
+        # The body ends at the first end-of-turn id; what follows it (a newline, say) is context.
+        cut = next((i for i, t in enumerate(added_ids) if t in end_ids), None)
+        body, tail = (added_ids, []) if cut is None else (added_ids[: cut + 1], added_ids[cut + 1:])
+        turn = assistant_turn
+        sampled = turn_token_ids[turn] if turn_token_ids and turn < len(turn_token_ids) else None
+        lps = turn_logprobs[turn] if turn_logprobs and turn < len(turn_logprobs) else None
         assistant_turn += 1
         if sampled:
-            end_id = tokenizer.convert_tokens_to_ids(END_OF_TURN)
             input_ids += sampled
             mask += [1] * len(sampled)
-            if sampled[-1] != end_id:  # truncated at max_tokens: the marker was not sampled, so not trained
-                input_ids.append(end_id)
+            sampler += list(lps) if lps and len(lps) == len(sampled) else [nan] * len(sampled)
+            if sampled[-1] not in end_ids and cut is not None:
+                # Truncated at max_tokens: the template's marker was not sampled, so it is context, not trained.
+                input_ids.append(body[-1])
                 mask.append(0)
+                sampler.append(nan)
         else:
-            body_ids = _ids(tokenizer, body)
-            input_ids += body_ids
-            mask += [1] * len(body_ids)
-        tail_ids = _ids(tokenizer, tail)
-        input_ids += tail_ids
-        mask += [0] * len(tail_ids)
-    return input_ids, mask
+            input_ids += body
+            mask += [1] * len(body)
+            sampler += [nan] * len(body)
+        input_ids += tail
+        mask += [0] * len(tail)
+        sampler += [nan] * len(tail)
+    return input_ids, mask, sampler

@@ -82,8 +82,41 @@ class GRPOConfig(_Strict):
     max_grad_norm: float = Field(1.0, gt=0.0)
     weight_decay: float = Field(0.0, ge=0.0)
     adam_betas: tuple[float, float] = (0.9, 0.99)
-    micro_batch_size: int = Field(8, ge=1, description="Sequences per forward pass; bounds memory.")
+    micro_batch_size: int = Field(8, ge=1, description="Most sequences per forward pass.")
+    micro_batch_tokens: int = Field(
+        8192, ge=1, description="Most padded tokens (sequences x longest length) per forward pass: bounds memory. "
+        "Sequences are bucketed by length, so short ones share a pass and padding stays small."
+    )
     epochs_per_step: int = Field(1, ge=1, description="Optimizer passes over each step's batch.")
+
+
+class TrainerConfig(_Strict):
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="Weights of the base model: auto = bfloat16 on a CUDA device that supports it, "
+        "else float32. The adapter and its optimizer state stay float32."
+    )
+    gradient_checkpointing: bool = Field(False, description="Recompute activations in the backward pass: "
+                                         "less memory, about a third more compute.")
+    attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] = Field(
+        "sdpa", description="transformers attention kernel; flash_attention_2 needs the flash-attn package."
+    )
+    load_in_4bit: bool = Field(False, description="QLoRA: a 4-bit NF4 base model (needs bitsandbytes and CUDA).")
+    logprob_chunk_tokens: int = Field(
+        1024, ge=1, description="Trained positions per log-prob chunk: bounds the float32 logits held at once."
+    )
+    tis_cap: float | None = Field(
+        None, gt=0.0, description="Truncated importance sampling: weight each token by min(p_trainer/p_sampler, "
+        "cap) where the server returned its log-probs; None = off."
+    )
+    require_gpu: bool = Field(
+        False, description="Refuse to run when the device resolves to CPU or the server is the local "
+        "(transformers, test-sized) one: set by GPU workers so that a missing driver or a forgotten server "
+        "setting never trains a model on CPU silently."
+    )
+    distributed: Literal["none", "ddp", "fsdp"] = Field(
+        "none", description="Several processes train one run (launched by torchrun): ddp replicates the model, "
+        "fsdp shards it. none = one process."
+    )
 
 
 class RunConfig(_Strict):
@@ -97,6 +130,7 @@ class RunConfig(_Strict):
     server: ServerConfig = Field(default_factory=ServerConfig)
     lora: LoraConfig = Field(default_factory=LoraConfig)
     grpo: GRPOConfig = Field(default_factory=GRPOConfig)
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     steps: int = Field(10, ge=1, le=100000)
     output_dir: str = Field("var/runs/run", description="Checkpoints and state go here.")
     seed: int = 0
@@ -119,6 +153,9 @@ class RunConfig(_Strict):
     def _scenarios_given(self) -> "RunConfig":
         if not self.scenarios and not self.scenarios_file:
             raise ValueError("give `scenarios` or `scenarios_file`")
+        if self.trainer.require_gpu and self.server.kind == "local":
+            raise ValueError("trainer.require_gpu refuses server.kind 'local' (our CPU/test server): "
+                             "use server.kind 'vllm' or 'external'")
         if self.lora.r > self.server.max_lora_rank:  # else the server refuses the adapter after step 1 trained
             raise ValueError(f"lora.r {self.lora.r} is above server.max_lora_rank {self.server.max_lora_rank}; "
                              "raise server.max_lora_rank or lower lora.r")

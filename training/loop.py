@@ -168,8 +168,9 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
     step = start
     server = None
     try:
-        device = pick_device(config.device)
-        trainer = Trainer(config.base_model, config.lora, config.grpo, device=device, seed=config.seed)
+        device = pick_device(config.device, require_gpu=config.trainer.require_gpu)
+        trainer = Trainer(config.base_model, config.lora, config.grpo, device=device, seed=config.seed,
+                          options=config.trainer, temperature=config.sampling.temperature)
         server = start_server(config.server, config.base_model, out / "server.log", device=device)
         model = server.model_name
         if checkpoint:

@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from training.chat_format import encode_conversation
+from training.chat_format import encode_conversation, pad_token_id
 
 
 @dataclass
@@ -23,12 +23,15 @@ class SFTConfig:
     log_every: int = 0  # 0 = silent
 
 
-def pad_batch(rows: list[tuple[list[int], list[int]]], pad_id: int):
-    """Right-pads (ids, mask) rows into tensors: input_ids [B, T], loss mask [B, T], attention mask [B, T]."""
+def pad_batch(rows: list[tuple[list[int], list[int]]], pad_id: int | None):
+    """Right-pads (ids, mask) rows into tensors: input_ids [B, T], loss mask [B, T], attention mask [B, T].
+
+    Padding is masked out of attention and loss, so any id serves; None (a tokenizer without a pad token) pads with 0.
+    """
     import torch
 
     width = max(len(ids) for ids, _ in rows)
-    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    input_ids = torch.full((len(rows), width), 0 if pad_id is None else pad_id, dtype=torch.long)
     loss_mask = torch.zeros((len(rows), width), dtype=torch.float32)
     attention = torch.zeros((len(rows), width), dtype=torch.long)
     for i, (ids, mask) in enumerate(rows):
@@ -50,7 +53,7 @@ def sft_train(model: Any, tokenizer: Any, conversations: list[list[dict]], confi
     losses: list[float] = []
     for step in range(config.steps):
         batch = rng.sample(rows, min(config.batch_size, len(rows)))
-        input_ids, loss_mask, attention = pad_batch(batch, tokenizer.pad_token_id)
+        input_ids, loss_mask, attention = pad_batch(batch, pad_token_id(tokenizer))
         logits = model(input_ids=input_ids, attention_mask=attention).logits[:, :-1]  # [B, T-1, V]
         targets, mask = input_ids[:, 1:], loss_mask[:, 1:]
         token_loss = torch.nn.functional.cross_entropy(

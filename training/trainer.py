@@ -1,111 +1,241 @@
 """The GRPO trainer: a peft LoRA adapter on the base model, updated from scored trajectory groups.
 
-Memory is bounded by `grpo.micro_batch_size`, not by the group size: sequences are processed in micro-batches
-whose gradients accumulate, each weighted by its share of the batch's trained tokens, so the loss is the mean
-over all trained tokens of the step. The KL reference is the same model with its adapter disabled.
+Memory is bounded by `grpo.micro_batch_tokens` (padded tokens per forward pass), not by the group size:
+sequences are bucketed by length into micro-batches whose gradients accumulate, each weighted by its share of
+the step's trained tokens, so the loss is the mean over all trained tokens of the step. The KL reference is
+the same model with its adapter disabled. With one epoch per step the policy that sampled is the one being
+trained, so no separate "old" log-prob pass is made and the clip metrics are reported as None.
 """
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from training.chat_format import encode_conversation
-from training.config import GRPOConfig, LoraConfig
+from training import distributed
+from training.batching import Row, micro_batches
+from training.chat_format import encode_with_logprobs, end_of_turn_ids, pad_token_id
+from training.config import GRPOConfig, LoraConfig, TrainerConfig
+from training.errors import TrainingError
 from training.grpo import policy_loss, token_logprobs
 from training.sft import pad_batch
 from training.types import TrajectoryGroup
 
 
-def pick_device(device: str) -> str:
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return device
+def pick_device(device: str, *, require_gpu: bool = False) -> str:
+    """auto -> cuda when present; refuses cuda without CUDA, and CPU at all when `require_gpu` (GPU workers)."""
+    resolved = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+    if resolved.startswith("cuda") and not torch.cuda.is_available():
+        raise TrainingError(f"device {device!r} asks for CUDA, but no CUDA device is visible to this process")
+    if require_gpu and not resolved.startswith("cuda"):
+        raise TrainingError(f"device {device!r} resolves to {resolved!r}, and this worker requires a GPU "
+                            "(trainer.require_gpu): refusing to train on CPU")
+    return resolved
+
+
+def resolve_dtype(name: str, device: str) -> torch.dtype:
+    if name == "auto":
+        cuda = device.startswith("cuda") and torch.cuda.is_available()
+        return torch.bfloat16 if cuda and torch.cuda.is_bf16_supported() else torch.float32
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+
+
+def step_memory_bytes(config: Any, *, tokens: int, dtype: torch.dtype, checkpointing: bool,
+                      chunk_tokens: int) -> int:
+    """Upper estimate of the activation memory of one micro-batch of `tokens` padded tokens (weights excluded).
+
+    Per token and layer a decoder layer keeps about 34 hidden-sized tensors for its backward (attention
+    projections, the MLP's wider intermediates, norms, residuals); with checkpointing only the layer's input is
+    kept and one layer at a time is recomputed. The log-prob chunk's backward holds about 5 float32 copies of its
+    logits (the head's output, its float copy, the softmax, and their gradients).
+    """
+    hidden, layers = getattr(config, "hidden_size", 0), getattr(config, "num_hidden_layers", 0)
+    width = torch.finfo(dtype).bits // 8
+    per_token = hidden * width * ((layers + 34) if checkpointing else layers * 34)
+    return tokens * per_token + chunk_tokens * getattr(config, "vocab_size", 0) * 4 * 5
+
+
+class _PolicyLogprobs(torch.nn.Module):
+    """The forward pass DDP/FSDP wrap: trained-position log-probs of the policy."""
+
+    def __init__(self, model: torch.nn.Module, temperature: float, chunk_tokens: int) -> None:
+        super().__init__()
+        self.model, self.temperature, self.chunk_tokens = model, temperature, chunk_tokens
+
+    def forward(self, input_ids: torch.Tensor, attention: torch.Tensor, mask: torch.Tensor,
+                reference: bool = False) -> torch.Tensor:
+        # The reference pass goes through here too: under FSDP the weights exist whole only inside forward.
+        with self.model.disable_adapter() if reference else contextlib.nullcontext():
+            return token_logprobs(self.model, input_ids, attention, mask, temperature=self.temperature,
+                                  chunk_tokens=self.chunk_tokens)
 
 
 class Trainer:
     def __init__(self, base_model: str, lora: LoraConfig, grpo: GRPOConfig, *, device: str = "cpu",
-                 seed: int = 0) -> None:
+                 seed: int = 0, options: TrainerConfig | None = None, temperature: float = 1.0) -> None:
         from peft import LoraConfig as PeftLoraConfig
         from peft import get_peft_model
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoTokenizer, GenerationConfig
 
         torch.manual_seed(seed)
-        self.grpo = grpo
-        self.device = device
+        self.grpo, self.options = grpo, options or TrainerConfig()
+        distributed.init_from_env(device)
+        self.device = distributed.local_device(device)
+        self.dtype = resolve_dtype(self.options.dtype, self.device)
         self.tokenizer = AutoTokenizer.from_pretrained(base_model)
-        base = AutoModelForCausalLM.from_pretrained(base_model, dtype=torch.float32).to(device)
+        try:
+            generation = GenerationConfig.from_pretrained(base_model)
+        except OSError:  # no generation_config.json: the tokenizer's EOS alone ends a turn
+            generation = None
+        self.end_ids = end_of_turn_ids(self.tokenizer, generation)
+        self.pad_id = pad_token_id(self.tokenizer)
+        base = self._load_base(base_model)
         peft_config = PeftLoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
                                      target_modules=lora.target_modules, task_type="CAUSAL_LM")
-        self.model = get_peft_model(base, peft_config)
+        self.model = get_peft_model(base, peft_config)  # adapter weights stay float32 (peft's default)
         self.max_length = getattr(base.config, "max_position_embeddings", 2048)
-        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.temperature = temperature
+        self.policy = distributed.wrap(
+            _PolicyLogprobs(self.model, temperature, self.options.logprob_chunk_tokens), self.options.distributed)
+        params = [p for p in self.policy.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=grpo.learning_rate, betas=grpo.adam_betas,
                                            weight_decay=grpo.weight_decay)
+        self._check_fits(base)
 
-    def _sequences(self, groups: list[TrajectoryGroup]) -> list[tuple[list[int], list[int], float]]:
+    def _load_base(self, base_model: str) -> torch.nn.Module:
+        from transformers import AutoModelForCausalLM
+
+        kwargs: dict[str, Any] = {"dtype": self.dtype, "attn_implementation": self.options.attn_implementation}
+        if self.options.load_in_4bit:
+            if importlib.util.find_spec("bitsandbytes") is None:
+                raise TrainingError("trainer.load_in_4bit needs the bitsandbytes package: pip install bitsandbytes")
+            if not self.device.startswith("cuda"):
+                raise TrainingError("trainer.load_in_4bit needs a CUDA device")
+            from peft import prepare_model_for_kbit_training
+            from transformers import BitsAndBytesConfig
+
+            kwargs["quantization_config"] = BitsAndBytesConfig(
+                load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                bnb_4bit_compute_dtype=self.dtype if self.dtype != torch.float32 else torch.bfloat16)
+            kwargs["device_map"] = {"": self.device}
+            base = AutoModelForCausalLM.from_pretrained(base_model, **kwargs)
+            base = prepare_model_for_kbit_training(base, use_gradient_checkpointing=False)
+        else:
+            try:
+                base = AutoModelForCausalLM.from_pretrained(base_model, **kwargs).to(self.device)
+            except torch.OutOfMemoryError as err:
+                raise TrainingError(f"the base model does not fit on {self.device}: {err}") from None
+        if self.options.gradient_checkpointing:
+            # Non-reentrant: works with a frozen embedding (LoRA) and under DDP.
+            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        return base
+
+    def _check_fits(self, base: torch.nn.Module) -> None:
+        """On CUDA, the estimate of one micro-batch's memory against free memory, before the first step."""
+        if not self.device.startswith("cuda"):
+            return
+        needed = step_memory_bytes(base.config, tokens=self.grpo.micro_batch_tokens, dtype=self.dtype,
+                                   checkpointing=self.options.gradient_checkpointing,
+                                   chunk_tokens=self.options.logprob_chunk_tokens)
+        free, _ = torch.cuda.mem_get_info(torch.device(self.device))
+        if needed > free:
+            raise TrainingError(
+                f"one micro-batch needs about {needed / 2**30:.1f} GiB on {self.device} and {free / 2**30:.1f} GiB "
+                "is free: lower grpo.micro_batch_tokens, or turn on trainer.gradient_checkpointing / load_in_4bit")
+
+    def _rows(self, groups: list[TrajectoryGroup]) -> list[Row]:
         rows = []
         for group in groups:
             if group.skipped:
                 continue
             for t in group.trajectories:
-                if t.error or not t.advantage:
-                    continue  # a zero advantage contributes no gradient: skip the compute
-                ids, mask = encode_conversation(self.tokenizer, t.messages, t.tools, t.turn_token_ids)
+                if t.error or (not t.advantage and self.grpo.beta == 0):
+                    continue  # no gradient from a zero advantage (unless its KL term pulls to the reference)
+                ids, mask, lps = encode_with_logprobs(self.tokenizer, t.messages, t.tools, t.turn_token_ids,
+                                                      t.turn_logprobs, end_ids=self.end_ids)
                 if sum(mask) == 0:
                     continue
-                rows.append((ids[: self.max_length], mask[: self.max_length], float(t.advantage)))
+                if self.temperature not in (0.0, 1.0):
+                    lps = [math.nan] * len(lps)  # servers report log-probs at temperature 1: not comparable
+                n = self.max_length
+                rows.append(Row(ids[:n], mask[:n], float(t.advantage or 0.0), lps[:n]))
         return rows
 
-    def _tensors(self, batch: list[tuple[list[int], list[int], float]]):
-        input_ids, mask, attention = pad_batch([(ids, m) for ids, m, _ in batch], self.tokenizer.pad_token_id)
-        return input_ids.to(self.device), mask.to(self.device), attention.to(self.device)
+    def _tensors(self, batch: list[Row]) -> tuple[torch.Tensor, ...]:
+        input_ids, mask, attention = pad_batch([(r.input_ids, r.mask) for r in batch], self.pad_id)
+        sampler = torch.full(mask.shape, math.nan)
+        for i, r in enumerate(batch):
+            sampler[i, : len(r.sampler_logprobs)] = torch.tensor(r.sampler_logprobs, dtype=torch.float32)
+        return tuple(x.to(self.device) for x in (input_ids, mask, attention, sampler))
 
-    def _policy_logprobs(self, batch: list[tuple[list[int], list[int], float]]) -> torch.Tensor:
-        input_ids, _, attention = self._tensors(batch)
-        return token_logprobs(self.model, input_ids, attention)
-
-    def _reference_logprobs(self, batch: list[tuple[list[int], list[int], float]]) -> torch.Tensor:
-        input_ids, _, attention = self._tensors(batch)
-        with torch.no_grad(), self.model.disable_adapter():
-            return token_logprobs(self.model, input_ids, attention)
+    def _logprobs(self, batch: list[Row], *, reference: bool = False) -> torch.Tensor:
+        input_ids, mask, attention, _ = self._tensors(batch)
+        with torch.no_grad():
+            return self.policy(input_ids, attention, mask, reference)
 
     def train_step(self, groups: list[TrajectoryGroup]) -> dict[str, float | None]:
         """One optimizer update (per epoch) over the step's trainable trajectories; returns metrics."""
-        rows = self._sequences(groups)
-        if not rows:  # every group skipped: nothing to learn from, and the metrics say so
+        rank, world = distributed.rank_and_world()
+        every = self._rows(groups)
+        rows = every[rank::world]
+        local_tokens = float(sum(r.trained_tokens for r in rows))
+        total_tokens, total_rows = distributed.sum_over_ranks([local_tokens, float(len(rows))], self.device)
+        if not total_rows:  # every group skipped: nothing to learn from, and the metrics say so
             return {"loss": None, "clip_fraction": None, "ratio_mean": None, "kl": None, "grad_norm": None,
-                    "trained_sequences": 0, "tokens": 0}
-        size = self.grpo.micro_batch_size
-        micro = [rows[i: i + size] for i in range(0, len(rows), size)]
-        total_tokens = float(sum(sum(m) for _, m, _ in rows))
+                    "sampler_gap": None, "trained_sequences": 0, "tokens": 0}
+        micro = micro_batches(rows, max_tokens=self.grpo.micro_batch_tokens, max_rows=self.grpo.micro_batch_size)
+        weights = [1.0] * len(micro)
+        count = distributed.max_over_ranks(len(micro), self.device)
+        while len(micro) < count:  # every rank must join every DDP gradient reduction: pad with weight-0 passes
+            micro.append(micro[-1] if micro else [every[0]])
+            weights.append(0.0)
+        epochs = self.grpo.epochs_per_step
         self.model.eval()  # no dropout while measuring the policy that sampled
-        with torch.no_grad():
-            olds = [self._policy_logprobs(mb) for mb in micro]
-        refs = [self._reference_logprobs(mb) for mb in micro] if self.grpo.beta > 0 else [None] * len(micro)
+        olds = [self._logprobs(mb) for mb in micro] if epochs > 1 else [None] * len(micro)
+        refs = [self._logprobs(mb, reference=True) for mb in micro] if self.grpo.beta > 0 else [None] * len(micro)
         self.model.train()
-        totals = {"loss": 0.0, "clip_fraction": 0.0, "ratio_mean": 0.0, "kl": 0.0}
+        sums = {"loss": 0.0, "clip_fraction": 0.0, "ratio_mean": 0.0, "kl": 0.0, "gap": 0.0, "gap_tokens": 0.0}
         grad_norm = 0.0
-        for _ in range(self.grpo.epochs_per_step):
+        for _ in range(epochs):
             self.optimizer.zero_grad()
-            for mb, old, ref in zip(micro, olds, refs):
-                input_ids, mask, attention = self._tensors(mb)
-                advantages = torch.tensor([a for _, _, a in mb], device=self.device)  # [B]
-                lp = token_logprobs(self.model, input_ids, attention)
-                loss, metrics = policy_loss(lp, old, advantages, mask, eps_low=self.grpo.eps_low,
-                                            eps_high=self.grpo.eps_high, ref_logprobs=ref, beta=self.grpo.beta)
-                share = float(mask.sum()) / total_tokens
-                (loss * share).backward()
-                totals["loss"] += loss.item() * share / self.grpo.epochs_per_step
-                for k in ("clip_fraction", "ratio_mean", "kl"):
-                    totals[k] += metrics[k] * share / self.grpo.epochs_per_step
-            params = [p for p in self.model.parameters() if p.requires_grad]
+            for k, (mb, old, ref, weight) in enumerate(zip(micro, olds, refs, weights)):
+                input_ids, mask, attention, sampler = self._tensors(mb)
+                advantages = torch.tensor([r.advantage for r in mb], device=self.device)  # [B]
+                sync = k == len(micro) - 1 or not hasattr(self.policy, "no_sync")
+                with contextlib.nullcontext() if sync else self.policy.no_sync():
+                    lp = self.policy(input_ids, attention, mask)
+                    known = (mask > 0) & ~torch.isnan(sampler)
+                    tis = None
+                    if self.options.tis_cap is not None and known.any():
+                        ratio = torch.exp(lp.detach() - torch.nan_to_num(sampler))
+                        tis = torch.where(known, ratio.clamp(max=self.options.tis_cap), torch.ones_like(ratio))
+                    loss, metrics = policy_loss(lp, old, advantages, mask, eps_low=self.grpo.eps_low,
+                                                eps_high=self.grpo.eps_high, ref_logprobs=ref, beta=self.grpo.beta,
+                                                token_weights=tis)
+                    share = weight * float(mask.sum()) / total_tokens
+                    (loss * share * world).backward()  # × world: DDP averages gradients over ranks
+                sums["loss"] += loss.item() * share / epochs
+                for key in ("clip_fraction", "ratio_mean", "kl"):
+                    sums[key] += (metrics[key] or 0.0) * share / epochs
+                if weight:
+                    sums["gap"] += float((lp.detach() - torch.nan_to_num(sampler)).abs()[known].sum()) / epochs
+                    sums["gap_tokens"] += float(known.sum()) / epochs
+            params = [p for p in self.policy.parameters() if p.requires_grad]
             grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.grpo.max_grad_norm))
             self.optimizer.step()
         self.model.eval()
-        return {**totals, "grad_norm": grad_norm, "trained_sequences": len(rows), "tokens": int(total_tokens)}
+        keys = ["loss", "clip_fraction", "ratio_mean", "kl", "gap", "gap_tokens"]
+        loss, clip, ratio, kl, gap, gap_tokens = distributed.sum_over_ranks([sums[k] for k in keys], self.device)
+        informative = epochs > 1  # with one epoch the ratio is 1 and nothing clips
+        return {"loss": loss, "clip_fraction": clip if informative else None,
+                "ratio_mean": ratio if informative else None,
+                "kl": kl, "grad_norm": grad_norm, "sampler_gap": gap / gap_tokens if gap_tokens else None,
+                "trained_sequences": int(total_rows), "tokens": int(total_tokens)}
 
     def save(self, directory: Path, state: dict[str, Any]) -> None:
         """Adapter (loadable by vLLM and peft), optimizer state and step metadata."""

@@ -26,12 +26,15 @@ class Trajectory:
 
     `turn_token_ids[i]` holds the token ids the server sampled for the i-th assistant message (None when the
     server did not return them); the trainer uses them so it trains on exactly what was sampled.
+    `turn_logprobs[i]` holds the server's log-probs of those tokens (None when not returned): the trainer reports
+    its gap to its own log-probs, and can correct it by truncated importance sampling.
     """
 
     scenario_id: str
     messages: list[Message]
     tools: list[dict[str, Any]] | None = None
     turn_token_ids: list[list[int] | None] = field(default_factory=list)
+    turn_logprobs: list[list[float] | None] = field(default_factory=list)
     env_reward: float | None = None
     judge_score: float | None = None
     explanation: str = ""

@@ -50,17 +50,20 @@ class Turn:
     token_ids: list[int] | None
     completion_tokens: int
     finish_reason: str
+    logprobs: list[float] | None = None  # the server's log-prob of each sampled token
 
 
 async def complete(client: Any, model: str, messages: list[Message], sampling: SamplingConfig,
                    tools: list[dict] | None = None) -> Turn:
-    """One assistant turn. Asks the server for the sampled token ids so training uses exactly those."""
+    """One assistant turn. Asks the server for the sampled token ids (and their log-probs) so training uses
+    exactly those and can measure how far its own log-probs are from the sampler's."""
     kwargs: dict[str, Any] = {}
     if tools:
         kwargs["tools"] = tools
     response = await client.chat.completions.create(
         model=model, messages=messages, temperature=sampling.temperature, top_p=sampling.top_p,
-        max_tokens=sampling.max_tokens, extra_body={"return_token_ids": True}, **kwargs,
+        max_tokens=sampling.max_tokens, logprobs=True, extra_body={"return_token_ids": True},
+        **kwargs,
     )
     if response.model != model:  # a server that quietly answers with another adapter would corrupt training
         raise TrainingError(f"asked the server for model {model!r} but it answered as {response.model!r}")
@@ -73,7 +76,9 @@ async def complete(client: Any, model: str, messages: list[Message], sampling: S
         ]
     token_ids = (choice.model_extra or {}).get("token_ids")
     usage = response.usage.completion_tokens if response.usage else len(token_ids or [])
-    return Turn(message, token_ids, usage, choice.finish_reason or "stop")
+    content = choice.logprobs.content if choice.logprobs and choice.logprobs.content else None
+    logprobs = [float(c.logprob) for c in content] if content else None
+    return Turn(message, token_ids, usage, choice.finish_reason or "stop", logprobs)
 
 
 def new_trajectory(scenario: Scenario, messages: list[Message], tools: list[dict] | None = None) -> Trajectory:
@@ -83,4 +88,5 @@ def new_trajectory(scenario: Scenario, messages: list[Message], tools: list[dict
 def add_turn(trajectory: Trajectory, turn: Turn) -> None:
     trajectory.messages.append(turn.message)
     trajectory.turn_token_ids.append(turn.token_ids)
+    trajectory.turn_logprobs.append(turn.logprobs)
     trajectory.completion_tokens += turn.completion_tokens

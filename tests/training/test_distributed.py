@@ -1,0 +1,52 @@
+"""Data parallelism on CPU: two gloo processes make the same update as one process."""
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from training.config import GRPOConfig, LoraConfig, TrainerConfig
+from training.trainer import Trainer
+
+from tests.training.test_trainer import groups
+
+
+def step_result(trainer: Trainer) -> dict:
+    metrics = trainer.train_step(groups())
+    grads = {n: p.grad.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+    return {"metrics": metrics, "grads": grads}
+
+
+def _rank(rank: int, world: int, port: int, model_dir: str, out: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank))
+    torch.set_num_threads(1)
+    trainer = Trainer(model_dir, LoraConfig(), GRPOConfig(learning_rate=1e-2, micro_batch_size=2), seed=1,
+                      options=TrainerConfig(distributed="ddp"))
+    assert isinstance(trainer.policy, torch.nn.parallel.DistributedDataParallel)
+    torch.save(step_result(trainer), Path(out) / f"rank{rank}.pt")
+    torch.distributed.destroy_process_group()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_gloo_processes_give_the_single_process_loss_and_lora_gradients(tiny_model_dir, tmp_path):
+    mp.spawn(_rank, args=(2, free_port(), str(tiny_model_dir), str(tmp_path)), nprocs=2, join=True)
+    single = step_result(Trainer(str(tiny_model_dir), LoraConfig(), GRPOConfig(learning_rate=1e-2, micro_batch_size=2),
+                                 seed=1))
+    for rank in range(2):
+        result = torch.load(tmp_path / f"rank{rank}.pt", weights_only=False)
+        assert result["metrics"]["trained_sequences"] == single["metrics"]["trained_sequences"] == 8
+        assert result["metrics"]["tokens"] == single["metrics"]["tokens"]
+        assert result["metrics"]["loss"] == pytest.approx(single["metrics"]["loss"], rel=1e-5, abs=1e-7)
+        assert result["metrics"]["grad_norm"] == pytest.approx(single["metrics"]["grad_norm"], rel=1e-4)
+        for name, grad in single["grads"].items():
+            assert torch.allclose(result["grads"][name], grad, atol=1e-6, rtol=1e-4), name
