@@ -4,7 +4,8 @@
   python -m training run --config FILE.json         train; one JSON object per step on stdout
   python -m training demo --steps N --out DIR       the offline demo (tiny model, local server, 2048)
 
-Progress goes to stderr; stdout carries only the step records, so it can be piped into a file or `jq`.
+Progress goes to stderr; stdout carries only the step records and one record per held-out evaluation
+(`"kind": "evaluation"`, with `step` and `eval_win_rate`), so it can be piped into a file or `jq`.
 """
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from typing import Any
 
 from training.config import RunConfig, load_run_config
 from training.errors import TrainingError
-from training.events import Event, GroupScored, RunFailed, RunStarted, StepFinished
+from training.events import (Event, EvaluationFinished, GroupScored, MonitorAlert, RunFailed, RunStarted,
+                             StepFinished)
 
 
 def _fmt(value: float | None) -> str:
@@ -55,6 +57,15 @@ class ConsoleReporter:
             eta = (time.monotonic() - self.started) / done * (self.total - event.step)
             print(f"step {event.step}/{self.total}  reward {_fmt(event.metrics.get('reward_mean'))}  "
                   f"loss {_fmt(event.metrics.get('loss'))}  ETA {eta:.0f}s", file=sys.stderr, flush=True)
+        elif isinstance(event, EvaluationFinished):  # one JSON line per held-out evaluation
+            print(json.dumps({"kind": "evaluation", "step": event.step, **event.metrics}), flush=True)
+            m = event.metrics
+            print(f"evaluation at step {event.step}: win rate vs base {_fmt(m['eval_win_rate'])} "
+                  f"[{_fmt(m['eval_ci_low'])}, {_fmt(m['eval_ci_high'])}]  env {_fmt(m['eval_env_checkpoint'])} "
+                  f"vs {_fmt(m['eval_env_base'])}", file=sys.stderr, flush=True)
+        elif isinstance(event, MonitorAlert):
+            pause = " (the web app would pause the run)" if event.pause else ""
+            print(f"alert at step {event.step}: {event.monitor}: {event.message}{pause}", file=sys.stderr, flush=True)
         elif isinstance(event, RunFailed):
             print(f"run failed at step {event.step}: {event.error}", file=sys.stderr, flush=True)
 
