@@ -18,6 +18,7 @@ from django.utils import timezone
 from webapp.live.publish import publish
 from webapp.models import Checkpoint, JudgeCall, Run, RunEvent, RunStatus, Scenario, Step, Trajectory, TrajectoryGroup
 from webapp.models.runs import ACTIVE_STATUSES
+from webapp.live.evaluation_events import alert_payload, evaluation_payload
 
 log = logging.getLogger(__name__)
 EXPLANATION_PREVIEW = 600
@@ -267,4 +268,6 @@ _HANDLERS: dict[str, Callable[[Run, dict[str, Any]], dict[str, Any]]] = {
     "step_finished": _on_step_finished,
     "run_finished": _on_run_finished,
     "run_failed": _on_run_failed,
+    "evaluation": evaluation_payload,  # held-out evaluations and monitor alerts: evaluation_events.py
+    "monitor_alert": alert_payload,
 }

@@ -13,6 +13,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from webapp import selectors
+from webapp.evaluation_selectors import run_evaluation_data
 from webapp.forms import LaunchForm
 from webapp.models import Role
 from webapp.services import runs as run_services
@@ -62,6 +63,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "more_groups": selectors.run_group_count(run=run) > len(groups), "next_offset": len(groups),
         "checkpoints": run.checkpoints.order_by("step_index"), "chart": selectors.run_chart_data(run=run),
         "last_seq": run.last_event_seq,
+        "evaluation": run_evaluation_data(run=run),  # held-out win rate, monitors, checkpoint table
     })
 
 
