@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from webapp.views import catalogue, projects, review, runs
+from webapp.views import catalogue, projects, review, runs, scenario_generator
 
 urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
@@ -15,6 +15,8 @@ urlpatterns = [
     path("agents/<int:agent_id>/", catalogue.agent_edit, name="agent-edit"),
     path("projects/<int:project_id>/scenario-sets/new/", catalogue.scenario_set_create, name="scenario-set-create"),
     path("scenario-sets/<int:scenario_set_id>/", catalogue.scenario_set_detail, name="scenario-set-detail"),
+    path("scenario-sets/<int:scenario_set_id>/generate/", scenario_generator.scenario_set_generate,
+         name="scenario-set-generate"),
     path("projects/<int:project_id>/rubrics/new/", catalogue.rubric_create, name="rubric-create"),
     path("rubrics/<int:rubric_id>/", catalogue.rubric_detail, name="rubric-detail"),
     path("projects/<int:project_id>/judges/new/", catalogue.judge_create, name="judge-create"),

@@ -6,8 +6,8 @@
     const node = document.getElementById("evaluation-data");
     if (!node || !window.Plotly) return;
     const data = JSON.parse(node.textContent);
-    const layout = {margin: {t: 10, r: 10, b: 40, l: 45}, height: 260, xaxis: {title: {text: "step"}},
-                    legend: {orientation: "h"}, paper_bgcolor: "rgba(0,0,0,0)"};
+    const layout = {margin: {t: 10, r: 55, b: 40, l: 50}, height: 300, xaxis: {title: {text: "step"}},
+                    legend: {orientation: "h", y: -0.25}, paper_bgcolor: "rgba(0,0,0,0)"};
     const curve = data.curve;
     if (curve.length) {
       const x = curve.map((p) => p.step);
