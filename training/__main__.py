@@ -3,6 +3,8 @@
   python -m training build-tiny-model DIR           build the tiny offline model
   python -m training run --config FILE.json         train; one JSON object per step on stdout
   python -m training demo --steps N --out DIR       the offline demo (tiny model, local server, 2048)
+  python -m training evaluate --config FILE.json [--checkpoint DIR]
+                                                    held-out evaluation of a checkpoint against the base model
 
 Progress goes to stderr; stdout carries only the step records and one record per held-out evaluation
 (`"kind": "evaluation"`, with `step` and `eval_win_rate`), so it can be piped into a file or `jq`.
@@ -106,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--steps", type=int, default=30)
     demo.add_argument("--out", default="var/demo")
     demo.add_argument("--model-dir", default="var/tiny-model", help="built first if missing")
+    evaluate = sub.add_parser("evaluate", help="held-out evaluation of a checkpoint against the base model")
+    evaluate.add_argument("--config", required=True, help="a run config with an `evaluation` section")
+    evaluate.add_argument("--checkpoint", help="a checkpoint directory (default: the base against itself)")
     args = parser.parse_args(argv)
     try:
         if args.command == "build-tiny-model":
@@ -115,6 +120,15 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "run":
             return run_config(load_run_config(args.config))
+        if args.command == "evaluate":
+            import asyncio
+
+            from training.checks import evaluate_checkpoint
+
+            config = load_run_config(args.config)
+            asyncio.run(evaluate_checkpoint(config, args.checkpoint, scorer=load_scorer(config),
+                                            sink=ConsoleReporter(config.steps)))
+            return 0
         from training.demo import demo_config
         from training.tiny_model import ensure_tiny_model
 

@@ -57,3 +57,43 @@ class RunChecks:
             extra |= await self.evaluate(step, client, model=model, base_model=base_model)
             extra["time_eval_s"] = time.monotonic() - started
         return extra
+
+
+async def evaluate_checkpoint(config: RunConfig, checkpoint: str | None, *, scorer: Scorer | None = None,
+                              sink: EventSink) -> dict[str, Any]:
+    """An evaluation on demand, outside a training run: the checkpoint's adapter (None: the base model against
+    itself, a sanity check that should give 50 %) against the base model on the run's held-out scenarios."""
+    from pathlib import Path
+
+    from openai import AsyncOpenAI
+
+    from training.environments import RolloutConfig, get_environment, parse_options
+    from training.loop import load_scenarios
+    from training.servers import start_server
+    from training.trainer import pick_device
+    from training.types import env_reward_scorer
+
+    _, held_out = split_for_run(config, load_scenarios(config))
+    if not held_out:
+        raise TrainingError("the config holds out no scenario: set evaluation.held_out_fraction or held_out_ids")
+    if checkpoint and not (Path(checkpoint) / "adapter_model.safetensors").exists():
+        raise TrainingError(f"{checkpoint} holds no adapter (adapter_model.safetensors)")
+    env = get_environment(config.environment.kind)
+    rollout_config = RolloutConfig(config.system_prompt, config.sampling, parse_options(env, config.environment.options))
+    out = Path(config.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    server = start_server(config.server, config.base_model, out / "evaluate-server.log",
+                          device=pick_device(config.device))
+    try:
+        model = server.model_name
+        if checkpoint:
+            model = f"{config.name}@eval"
+            server.load_adapter(model, checkpoint)
+        client = AsyncOpenAI(base_url=server.base_url, api_key="unused", max_retries=2, timeout=600)
+        checks = RunChecks(config=config, held_out=held_out, env=env, rollout_config=rollout_config,
+                           scorer=scorer or env_reward_scorer, sink=sink)
+        label = Path(checkpoint).name.removeprefix("step_") if checkpoint else "0"
+        step = int(label) if label.isdigit() else 0  # checkpoints/step_0030 -> 30
+        return await checks.evaluate(step, client, model=model, base_model=server.model_name)
+    finally:
+        server.stop()
