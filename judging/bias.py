@@ -12,6 +12,7 @@ changes. The cache is off: a rescoring must ask the judge again.
 """
 from __future__ import annotations
 
+import asyncio
 import random
 import statistics
 from typing import Any, Sequence
@@ -102,8 +103,9 @@ async def judge_check(groups: Sequence[Sequence[Sequence[Message]]], model: str,
                       shuffles: int = 2, seed: int = 0, **kwargs: Any) -> BiasReport:
     """Runs the check on each group (each a list of ≥ 2 trajectories); `kwargs` go to score_group (rubric,
     extra_litellm_params, tools, criteria, ...)."""
-    checks = [await check_group([list(ml) for ml in g], model, passes=passes, shuffles=shuffles, seed=seed + i,
-                                **kwargs) for i, g in enumerate(groups) if len(g) >= 2]
+    usable = [[list(ml) for ml in g] for g in groups if len(g) >= 2]
+    checks = list(await asyncio.gather(*(check_group(g, model, passes=passes, shuffles=shuffles, seed=seed + i,
+                                                     **kwargs) for i, g in enumerate(usable))))
     pairs = sum(c.pairs for c in checks)
     single, multi = sum(c.flips_single for c in checks), sum(c.flips_multi for c in checks)
     consistency = [c.consistency for c in checks if c.consistency is not None]

@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from webapp.views import catalogue, projects, review, runs, scenario_generator
+from webapp.views import catalogue, judge_check, projects, review, runs, scenario_generator
 
 urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
@@ -21,6 +21,7 @@ urlpatterns = [
     path("rubrics/<int:rubric_id>/", catalogue.rubric_detail, name="rubric-detail"),
     path("projects/<int:project_id>/judges/new/", catalogue.judge_create, name="judge-create"),
     path("judges/<int:judge_id>/", catalogue.judge_edit, name="judge-edit"),
+    path("judges/<int:judge_id>/check/", judge_check.judge_check, name="judge-check"),
     path("projects/<int:project_id>/runs/", runs.run_list, name="run-list"),
     path("projects/<int:project_id>/runs/new/", runs.run_launch, name="run-launch"),
     path("runs/<int:run_id>/", runs.run_detail, name="run-detail"),

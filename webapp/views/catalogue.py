@@ -6,6 +6,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 
 from webapp import selectors
 from webapp.forms import (
@@ -158,4 +159,5 @@ def judge_edit(request: HttpRequest, judge_id: int) -> HttpResponse:
     return handle_form(request, form, save, FORM_PAGE, {
         "project": judge.project, "title": f"Judge {judge.name}",
         "note": "An API key is stored (encrypted); it is never shown." if judge.has_stored_key else "",
+        "check_url": reverse("judge-check", args=[judge.id]),
     })
