@@ -51,3 +51,69 @@ def test_the_run_page_draws_the_held_out_win_rate_curve_monitors_and_checkpoints
         page.locator("#monitor-chart").screenshot(path=str(SHOTS / "monitors.png"))
         page.screenshot(path=str(SHOTS / "run-evaluation-page.png"), full_page=True)
         browser.close()
+
+
+def test_the_scenario_generator_drafts_reviews_and_accepts_in_the_browser(server, tmp_path):  # noqa: F811
+    from playwright.sync_api import sync_playwright
+
+    from tests.judge_double import JudgeDouble
+    from tests.judging.groups import quality_rule, trajectory
+    from tests.judging.test_bias import QUALITIES
+    from tests.webapp.factories import judge_factory, scenario_set_factory
+    from tests.webapp.test_scenario_generator import DRAFTS
+    from webapp.models import Trajectory, TrajectoryGroup
+    from webapp.services.secrets import secret_encrypt
+
+    project = project_factory(name="Generator project")
+    scenario_set = scenario_set_factory(project=project, scenarios=1, name="shoe shop")
+    run = run_factory(project=project)
+    for g, qualities in enumerate(QUALITIES):  # stored groups for the judge check
+        group = TrajectoryGroup.objects.create(run=run, step_index=1, index=g, scenario_external_id=f"s{g}")
+        for i, q in enumerate(qualities):
+            Trajectory.objects.create(group=group, index=i, messages=trajectory(q, tag=f"g{g}a{i}"))
+
+    def respond(request):  # one double: drafts scenarios when asked to, judges like a first-position judge
+        if "scenarios. For each give" in request.prompt_text:
+            return DRAFTS
+        return JudgeDouble.prefer_first(quality_rule, bonus=0.3)(request)
+
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with JudgeDouble(responder=respond) as double:
+        judge = judge_factory(project=project, name="double", api_base=double.api_base,
+                              api_key_encrypted=secret_encrypt(plaintext="test"))
+        with sync_playwright() as pw:
+            _generate_and_check(pw, server, project, scenario_set, judge)
+
+
+def _generate_and_check(pw, server: str, project, scenario_set, judge) -> None:
+    """The browser half: ORM calls cannot run inside Playwright's event loop, so the rows are made first."""
+    from playwright.sync_api import expect
+
+    browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(server + "/login/")
+    page.fill("#id_username", project.owner.username)
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.goto(f"{server}/scenario-sets/{scenario_set.pk}/")
+    page.click("#generate-link")
+    page.fill("#task", "Answer customers' questions for an online shoe shop: returns, shipping, sizes.")
+    page.fill("#n", "3")
+    page.click("#draft-form button")
+    expect(page.locator("#drafts tbody tr")).to_have_count(2)
+    expect(page.locator("text=1 duplicate removed")).to_be_visible()
+    page.fill("textarea[name=user_message-0]", "Can I return shoes after 45 days?")
+    page.select_option("select[name=split-0]", "validation")
+    page.screenshot(path=str(SHOTS / "scenario-generator.png"), full_page=True)
+    page.click("#accept")
+    expect(page.locator(".messages")).to_contain_text("added 2 generated scenarios")
+    expect(page.locator("td", has_text="Can I return shoes after 45 days?")).to_be_visible()
+    expect(page.locator("td", has_text="<b>Do you ship to Norway?</b>")).to_be_visible()  # escaped text
+
+    page.goto(f"{server}/judges/{judge.pk}/")
+    page.click("#judge-check-link")
+    page.click("#run-check")
+    expect(page.locator("#flips-single")).to_contain_text("9 (38%)")
+    expect(page.locator("#flips-multi")).to_contain_text("3 (12%)")
+    page.screenshot(path=str(SHOTS / "judge-check.png"), full_page=True)
+    browser.close()
