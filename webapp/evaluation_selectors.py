@@ -35,5 +35,6 @@ def run_evaluation_data(*, run: Run) -> dict[str, Any]:
     rated = [row for row in checkpoints if row["win_rate"] is not None]
     if rated:
         max(rated, key=lambda row: (row["win_rate"], row["checkpoint"].step_index))["best"] = True
+    failures = list(run.events.filter(kind="evaluation_failed").order_by("seq").values_list("payload", flat=True))
     return {"chart": {"curve": curve, "monitors": monitors, "labels": MONITOR_SERIES}, "alerts": alerts,
-            "checkpoints": checkpoints}
+            "checkpoints": checkpoints, "failures": failures}

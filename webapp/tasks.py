@@ -24,3 +24,10 @@ def playground_rescore_task(rescore_id: int) -> str:
     from webapp.services.playground import playground_execute
 
     return playground_execute(rescore_id=rescore_id)
+
+
+@app.task(name="webapp.tasks.run_evaluate_task", ignore_result=True)
+def run_evaluate_task(run_id: int, checkpoint_id: int) -> str:
+    from webapp.execution.evaluation import run_evaluation_execute
+
+    return run_evaluation_execute(run_id=run_id, checkpoint_id=checkpoint_id)

@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from webapp.views import catalogue, judge_check, projects, review, runs, scenario_generator
+from webapp.views import catalogue, evaluation, judge_check, projects, review, runs, scenario_generator
 
 urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
@@ -28,6 +28,7 @@ urlpatterns = [
     path("runs/<int:run_id>/header/", runs.run_header, name="run-header"),
     path("runs/<int:run_id>/steps/", runs.run_steps, name="run-steps"),
     path("runs/<int:run_id>/checkpoints/", runs.run_checkpoints, name="run-checkpoints"),
+    path("checkpoints/<int:checkpoint_id>/evaluate/", evaluation.checkpoint_evaluate, name="checkpoint-evaluate"),
     path("runs/<int:run_id>/groups/", runs.run_groups, name="run-groups"),
     path("runs/<int:run_id>/review/", review.run_review, name="run-review"),
     path("runs/<int:run_id>/approve/", review.run_approve, name="run-approve"),

@@ -2,10 +2,12 @@
 spent judge budget does), the run page shows the win-rate curve, the alerts and the checkpoint table."""
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from tests.webapp.conftest import wait_for
-from tests.webapp.factories import agent_factory, project_factory, scenario_set_factory
+from tests.webapp.factories import agent_factory, project_factory, run_factory, scenario_set_factory
 from webapp.execution.executors import wait_idle
 from webapp.live.ingest import run_event_ingest
 from webapp.models import Run, RunStatus
@@ -28,8 +30,10 @@ def test_a_pausing_monitor_alert_pauses_the_run_with_its_reason_and_resume_finis
     run = _launch(project, alert_at_step=2, phase_s=0.1)
     wait_for(lambda: Run.objects.get(pk=run.pk).status == RunStatus.PAUSED, message="the monitor to pause the run")
     run.refresh_from_db()
+    time.sleep(1.0)  # the engine finishes the phase it was in, then holds: the reason stays
+    run.refresh_from_db()
+    assert run.status == RunStatus.PAUSED and run.steps_done < 4
     assert "paused by the length monitor at step 2: answer length grew 3.5x" in run.phase
-    assert run.steps_done == 2
     alert = run.events.get(kind="monitor_alert").payload
     assert alert["monitor"] == "length" and alert["pause"] is True
     run_services.run_resume(user=project.owner, run=run)
@@ -47,7 +51,7 @@ def _evaluation(step: int, win_rate: float) -> dict:
 
 def test_the_run_page_shows_the_win_rate_curve_alerts_escaped_and_the_best_checkpoint(client):
     project = project_factory()
-    run = _launch(project)
+    run = run_factory(project=project)  # a row only: nothing executes
     for step in (1, 2, 3):
         run_event_ingest(run_id=run.pk, event={"kind": "checkpoint_saved", "step": step, "path": f"/x/{step}",
                                                "adapter_name": f"r@{step}"})
@@ -62,3 +66,47 @@ def test_the_run_page_shows_the_win_rate_curve_alerts_escaped_and_the_best_check
     assert "&lt;script&gt;alert(1)&lt;/script&gt; repeats" in page and "<script>alert(1)" not in page
     best = page.split('class="best"')[1].split("</tr>")[0]
     assert "step 2" in best and "81%" in best and "fork" in best and "download" in best
+
+
+def test_evaluate_now_runs_the_engines_evaluation_of_a_checkpoint_and_records_it(client, inprocess_executor,
+                                                                               tiny_model_dir, tmp_path):
+    from tests.training.configs import small_config
+    from training.loop import run as train_run
+
+    project = project_factory()
+    config = small_config(tiny_model_dir, tmp_path / "run", steps=1, evaluation={"samples": 2}, device="cpu")
+    run = run_factory(project=project)  # a row only: nothing executes
+    Run.objects.filter(pk=run.pk).update(config=config.model_dump(mode="json"), status=RunStatus.COMPLETED)
+    events = []
+    train_run(config, sink=events.append)  # a real checkpoint, recorded as the runner would
+    for e in events:
+        if e.kind == "checkpoint_saved":
+            run_event_ingest(run_id=run.pk, event=e.to_dict())
+    assert [e.step for e in events if e.kind == "evaluation"] == [1]  # the loop's own, not recorded here
+    checkpoint = run.checkpoints.get()
+
+    client.force_login(project.owner)
+    response = client.post(f"/checkpoints/{checkpoint.pk}/evaluate/")
+    assert response.status_code == 302
+    wait_idle(timeout=300)
+    evaluation = run.events.get(kind="evaluation").payload
+    assert evaluation["on_demand"] is True and evaluation["step"] == 1
+    assert evaluation["metrics"]["eval_comparisons"] == 8 * 2 * 2  # 8 held-out positions, 2 answers a side
+    assert 0.0 <= evaluation["metrics"]["eval_win_rate"] <= 1.0
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    assert 'class="best"' in page
+
+
+def test_evaluate_now_needs_held_out_scenarios_and_an_editor(client, settings):
+    settings.STUDIO_EXECUTOR = "inprocess"
+    project = project_factory()
+    run = run_factory(project=project)  # a row only: nothing executes
+    run_event_ingest(run_id=run.pk, event={"kind": "checkpoint_saved", "step": 1, "path": "/x", "adapter_name": "r@1"})
+    checkpoint = run.checkpoints.get()
+    client.force_login(project.owner)
+    page = client.post(f"/checkpoints/{checkpoint.pk}/evaluate/", follow=True).content.decode()
+    assert "holds out no scenarios" in page and not run.events.filter(kind__startswith="evaluation").exists()
+    from tests.webapp.factories import member_factory
+
+    client.force_login(member_factory(project=project))
+    assert client.post(f"/checkpoints/{checkpoint.pk}/evaluate/").status_code in (403, 404)

@@ -65,6 +65,40 @@ def submit_rescore(rescore_id: int) -> None:
     future.add_done_callback(_judge_pending.discard)
 
 
+_eval_pool: ThreadPoolExecutor | None = None
+
+
+def submit_evaluation(run_id: int, checkpoint_id: int) -> None:
+    """Celery queue `gpu` (it loads the model), or its own in-process thread: an evaluation of a finished run's
+    checkpoint must not wait behind the next queued run."""
+    if settings.STUDIO_EXECUTOR == "celery":
+        from webapp.tasks import run_evaluate_task
+
+        run_evaluate_task.apply_async(args=[run_id, checkpoint_id], queue="gpu")
+        return
+    global _eval_pool
+    with _pool_lock:
+        if _eval_pool is None:
+            _eval_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="studio-eval")
+        future = _eval_pool.submit(_evaluate_in_thread, run_id, checkpoint_id)
+        _judge_pending.add(future)  # wait_idle waits for it too
+    future.add_done_callback(_judge_pending.discard)
+
+
+def _evaluate_in_thread(run_id: int, checkpoint_id: int) -> None:
+    from django.db import close_old_connections, connections
+
+    from webapp.execution.evaluation import run_evaluation_execute
+
+    close_old_connections()
+    try:
+        run_evaluation_execute(run_id=run_id, checkpoint_id=checkpoint_id)
+    except Exception:
+        log.exception("run %s: the evaluation of checkpoint %s failed", run_id, checkpoint_id)
+    finally:
+        connections.close_all()
+
+
 def _rescore_in_thread(rescore_id: int) -> None:
     from django.db import close_old_connections, connections
 

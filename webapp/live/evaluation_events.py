@@ -21,7 +21,7 @@ def evaluation_payload(run: Run, e: dict[str, Any]) -> dict[str, Any]:
                   "base_rewards": [_num(r) for r in s.get("base_rewards") or []]}
                  for s in (e.get("scenarios") or []) if isinstance(s, dict)]
     return {"step": int(e["step"]), "model": str(e.get("model", "")), "baseline": str(e.get("baseline", "")),
-            "metrics": metrics, "scenarios": scenarios}
+            "metrics": metrics, "scenarios": scenarios, "on_demand": bool(e.get("on_demand"))}
 
 
 def alert_payload(run: Run, e: dict[str, Any]) -> dict[str, Any]:
@@ -30,3 +30,7 @@ def alert_payload(run: Run, e: dict[str, Any]) -> dict[str, Any]:
     return {"step": int(e["step"]), "monitor": str(e.get("monitor", ""))[:50], "value": _num(e.get("value")),
             "threshold": _num(e.get("threshold")), "message": str(e.get("message", ""))[:1000],
             "pause": bool(e.get("pause"))}
+
+
+def evaluation_failed_payload(run: Run, e: dict[str, Any]) -> dict[str, Any]:
+    return {"step": int(e.get("step", -1)), "error": str(e.get("error", ""))[:2000]}

@@ -5,7 +5,11 @@ judge budget does (webapp/services/runs.py); a person looks at the answers, then
 """
 from __future__ import annotations
 
-from webapp.models import RunEvent, RunStatus
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from webapp.models import Checkpoint, Role, Run, RunEvent, RunStatus
+from webapp.services.access import require_role
 from webapp.services.runs import _transition
 
 PHASE_MAX = 200  # Run.phase
@@ -22,3 +26,18 @@ def run_monitor_pause_check(*, run_id: int) -> bool:
     if len(reason) > PHASE_MAX:
         reason = reason[:PHASE_MAX - 1] + "…"
     return _transition(run_id, (RunStatus.RUNNING,), status=RunStatus.PAUSED, phase=reason)
+
+
+def run_evaluate(*, user, run: Run, checkpoint: Checkpoint) -> None:
+    """Evaluates a checkpoint against the base model on the run's held-out scenarios, now (not waiting for the
+    run's next scheduled evaluation); the result arrives as an `evaluation` event on the run."""
+    require_role(user=user, project=run.project, role=Role.EDITOR)
+    if checkpoint.run_id != run.id:
+        raise ValidationError({"checkpoint": ["that checkpoint is not this run's"]})
+    evaluation = run.config.get("evaluation") or {}
+    if not (evaluation.get("held_out_ids") or evaluation.get("held_out_fraction")):
+        raise ValidationError({"checkpoint": ["this run holds out no scenarios: mark some of its scenario set's "
+                                              "scenarios as validation, or set evaluation in the overrides"]})
+    from webapp.execution.executors import submit_evaluation
+
+    transaction.on_commit(lambda: submit_evaluation(run.id, checkpoint.id))
