@@ -1,15 +1,18 @@
 // The run page's held-out win-rate curve and monitor chart, drawn from the page's own data (evaluation-data).
-// Numbers only: text from the engine is rendered by Django templates, escaped.
+// Live: it follows the run's websocket through run.js. Text from the engine goes in as textContent only.
 (function () {
   "use strict";
+  const node = document.getElementById("evaluation-data");
+  if (!node) return;
+  const data = JSON.parse(node.textContent);
+
   function draw() {
-    const node = document.getElementById("evaluation-data");
-    if (!node || !window.Plotly) return;
-    const data = JSON.parse(node.textContent);
+    if (!window.Plotly) return;
     const layout = {margin: {t: 10, r: 55, b: 40, l: 50}, height: 300, xaxis: {title: {text: "step"}},
                     legend: {orientation: "h", y: -0.25}, paper_bgcolor: "rgba(0,0,0,0)"};
     const curve = data.curve;
     if (curve.length) {
+      document.getElementById("eval-chart").hidden = false;
       const x = curve.map((p) => p.step);
       Plotly.react("eval-chart", [
         {x, y: curve.map((p) => p.ci_high), mode: "lines", line: {width: 0}, showlegend: false, hoverinfo: "skip"},
@@ -32,5 +35,40 @@
     Plotly.react("monitor-chart", traces, {...layout, yaxis: {title: {text: "rate / score"}},
       yaxis2: {title: {text: "chars"}, overlaying: "y", side: "right"}}, {displayModeBar: false, responsive: true});
   }
+  function byStep(points, point) {
+    const i = points.findIndex((p) => p.step === point.step);
+    if (i >= 0) points[i] = point; else points.push(point);
+    points.sort((a, b) => a.step - b.step);
+  }
+
+  // Live: run.js re-dispatches every websocket message of the run as a `studio:run-event`.
+  document.addEventListener("studio:run-event", (e) => {
+    const {kind, data: d} = e.detail;
+    if (kind === "evaluation") {
+      const m = d.metrics || {};
+      byStep(data.curve, {step: d.step, win_rate: m.eval_win_rate ?? null, ci_low: m.eval_ci_low ?? null,
+                          ci_high: m.eval_ci_high ?? null, env_checkpoint: m.eval_env_checkpoint ?? null,
+                          env_base: m.eval_env_base ?? null});
+    } else if (kind === "step_finished") {
+      for (const key of Object.keys(data.labels)) {
+        const value = (d.metrics || {})[key];
+        if (typeof value !== "number") continue;
+        const series = data.monitors[key] || (data.monitors[key] = []);
+        const i = series.findIndex((p) => p[0] === d.step);
+        if (i >= 0) series[i] = [d.step, value]; else series.push([d.step, value]);
+      }
+    } else if (kind === "monitor_alert") {
+      const li = document.createElement("li");
+      li.className = "alert";
+      li.textContent = "step " + d.step + " · " + d.monitor + ": " + d.message + (d.pause ? " · paused the run" : "");
+      const list = document.getElementById("monitor-alerts");
+      list.querySelectorAll(".muted").forEach((x) => x.remove());
+      list.appendChild(li);
+      return;
+    } else {
+      return;
+    }
+    draw();
+  });
   if (document.readyState === "complete") draw(); else window.addEventListener("load", draw);
 })();
