@@ -49,7 +49,9 @@ def test_the_run_page_draws_the_held_out_win_rate_curve_monitors_and_checkpoints
         expect(best.locator("a.fork")).to_be_visible()
         page.locator("#eval-chart").screenshot(path=str(SHOTS / "evaluation-curve.png"))
         page.locator("#monitor-chart").screenshot(path=str(SHOTS / "monitors.png"))
-        page.screenshot(path=str(SHOTS / "run-evaluation-page.png"), full_page=True)
+        top = page.locator("#checkpoint-table").bounding_box()
+        page.screenshot(path=str(SHOTS / "run-evaluation-page.png"), full_page=True,
+                        clip={"x": 0, "y": 0, "width": 1400, "height": top["y"] + top["height"] + 20})
         browser.close()
 
 
