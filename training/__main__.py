@@ -3,7 +3,7 @@
   python -m training build-tiny-model DIR           build the tiny offline model
   python -m training run --config FILE.json         train; one JSON object per step on stdout
   python -m training demo --steps N --out DIR       the offline demo (tiny model, local server, 2048)
-  python -m training evaluate --config FILE.json [--checkpoint DIR]
+  python -m training evaluate --config FILE.json [--checkpoint DIR] [--baseline DIR]
                                                     held-out evaluation of a checkpoint against the base model
 
 Progress goes to stderr; stdout carries only the step records and one record per held-out evaluation
@@ -111,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     evaluate = sub.add_parser("evaluate", help="held-out evaluation of a checkpoint against the base model")
     evaluate.add_argument("--config", required=True, help="a run config with an `evaluation` section")
     evaluate.add_argument("--checkpoint", help="a checkpoint directory (default: the base against itself)")
+    evaluate.add_argument("--baseline", help="compare with this earlier checkpoint instead of the base model")
     args = parser.parse_args(argv)
     try:
         if args.command == "build-tiny-model":
@@ -127,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
 
             config = load_run_config(args.config)
             asyncio.run(evaluate_checkpoint(config, args.checkpoint, scorer=load_scorer(config),
-                                            sink=ConsoleReporter(config.steps)))
+                                            sink=ConsoleReporter(config.steps), baseline=args.baseline))
             return 0
         from training.demo import demo_config
         from training.tiny_model import ensure_tiny_model

@@ -60,9 +60,10 @@ class RunChecks:
 
 
 async def evaluate_checkpoint(config: RunConfig, checkpoint: str | None, *, scorer: Scorer | None = None,
-                              sink: EventSink) -> dict[str, Any]:
+                              sink: EventSink, baseline: str | None = None) -> dict[str, Any]:
     """An evaluation on demand, outside a training run: the checkpoint's adapter (None: the base model against
-    itself, a sanity check that should give 50 %) against the base model on the run's held-out scenarios."""
+    itself, a sanity check that should give 50 %) against the base model, or against an earlier checkpoint's
+    adapter (`baseline`), on the run's held-out scenarios."""
     from pathlib import Path
 
     from openai import AsyncOpenAI
@@ -76,8 +77,9 @@ async def evaluate_checkpoint(config: RunConfig, checkpoint: str | None, *, scor
     _, held_out = split_for_run(config, load_scenarios(config))
     if not held_out:
         raise TrainingError("the config holds out no scenario: set evaluation.held_out_fraction or held_out_ids")
-    if checkpoint and not (Path(checkpoint) / "adapter_model.safetensors").exists():
-        raise TrainingError(f"{checkpoint} holds no adapter (adapter_model.safetensors)")
+    for path in (checkpoint, baseline):
+        if path and not (Path(path) / "adapter_model.safetensors").exists():
+            raise TrainingError(f"{path} holds no adapter (adapter_model.safetensors)")
     env = get_environment(config.environment.kind)
     rollout_config = RolloutConfig(config.system_prompt, config.sampling, parse_options(env, config.environment.options))
     out = Path(config.output_dir)
@@ -89,11 +91,15 @@ async def evaluate_checkpoint(config: RunConfig, checkpoint: str | None, *, scor
         if checkpoint:
             model = f"{config.name}@eval"
             server.load_adapter(model, checkpoint)
+        base_model = server.model_name
+        if baseline:
+            base_model = f"{config.name}@baseline"
+            server.load_adapter(base_model, baseline)
         client = AsyncOpenAI(base_url=server.base_url, api_key="unused", max_retries=2, timeout=600)
         checks = RunChecks(config=config, held_out=held_out, env=env, rollout_config=rollout_config,
                            scorer=scorer or env_reward_scorer, sink=sink)
         label = Path(checkpoint).name.removeprefix("step_") if checkpoint else "0"
         step = int(label) if label.isdigit() else 0  # checkpoints/step_0030 -> 30
-        return await checks.evaluate(step, client, model=model, base_model=server.model_name)
+        return await checks.evaluate(step, client, model=model, base_model=base_model)
     finally:
         server.stop()

@@ -100,3 +100,26 @@ def test_the_split_holds_out_listed_and_hashed_scenarios_and_never_trains_on_the
     assert split_scenarios(scenarios, EvaluationConfig(), seed=1) == (scenarios, [])
     with pytest.raises(ValueError, match="unknown scenarios"):
         split_scenarios(scenarios, EvaluationConfig(held_out_ids=["nope"]), seed=1)
+
+
+def test_a_checkpoint_is_evaluated_on_demand_against_an_earlier_one(tiny_model_dir, tmp_path, capsys):
+    """The engine's `evaluate` on the tiny model: the two sides are the adapters named (the server answers each
+    request as the model asked for, or the rollout fails), one comparison per held-out scenario."""
+    from tests.training.configs import small_config
+    from training.__main__ import main
+    from training.checks import evaluate_checkpoint
+    from training.events import EvaluationFinished
+    from training.loop import run
+
+    config = small_config(tiny_model_dir, tmp_path, steps=2, evaluation={"samples": 1, "every": 100})
+    run(config)
+    ckpt = tmp_path / "checkpoints"
+    events = []
+    result = asyncio.run(evaluate_checkpoint(config, str(ckpt / "step_0002"), sink=events.append,
+                                             baseline=str(ckpt / "step_0001")))
+    [event] = [e for e in events if isinstance(e, EvaluationFinished)]
+    assert (event.step, event.model, event.baseline) == (2, "t@eval", "t@baseline")
+    assert result["eval_comparisons"] == 8 and result["eval_unscored"] == 0
+    (tmp_path / "c.json").write_text(config.model_dump_json())
+    assert main(["evaluate", "--config", str(tmp_path / "c.json"), "--baseline", str(tmp_path)]) == 2
+    assert "holds no adapter" in capsys.readouterr().err
