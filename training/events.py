@@ -105,7 +105,6 @@ class RunFailed(Event):
     error: str
 
 
-
 @dataclass
 class EvaluationFinished(Event):
     """A held-out evaluation (training.evaluation): `metrics` holds eval_win_rate (ties half), eval_ci_low/high
@@ -130,6 +129,7 @@ class MonitorAlert(Event):
     threshold: float
     message: str
     pause: bool
+
 
 EventSink = Callable[[Event], None]
 

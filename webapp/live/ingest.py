@@ -15,10 +15,10 @@ from typing import Any, Callable
 from django.db import transaction
 from django.utils import timezone
 
+from webapp.live.evaluation_events import alert_payload, evaluation_failed_payload, evaluation_payload
 from webapp.live.publish import publish
 from webapp.models import Checkpoint, JudgeCall, Run, RunEvent, RunStatus, Scenario, Step, Trajectory, TrajectoryGroup
 from webapp.models.runs import ACTIVE_STATUSES
-from webapp.live.evaluation_events import alert_payload, evaluation_failed_payload, evaluation_payload
 
 log = logging.getLogger(__name__)
 EXPLANATION_PREVIEW = 600
