@@ -8,6 +8,11 @@ GROUPS.jsonl holds one group per line:
      "tools": [...optional...], "reference": "...optional..."}
 A trajectory may also be {"id": "a", "messages": [...]}, to show its own name in the output.
 Results go to stdout (text, or one JSON object per group with --json); progress goes to stderr.
+
+    python -m judging check GROUPS.jsonl --judge-model M [--passes K] [--shuffles S] [--json]
+
+The judge check (judging/bias.py): rank flips between the stored and the reversed order, with 1 pass and with
+K passes; self-consistency across S shuffled orders; length bias. The cache is not used.
 """
 from __future__ import annotations
 
@@ -156,12 +161,41 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--cache-dir", help="judge cache directory (default $RUBRIC_STUDIO_JUDGE_CACHE or ~/.cache)")
     s.add_argument("--concurrency", type=int, default=4, help="judge requests in flight at once")
     s.add_argument("--json", action="store_true", help="one JSON object per group instead of text")
+    c = sub.add_parser("check", help="judge check: position bias (rank flips), self-consistency, length bias")
+    c.add_argument("groups", help="JSONL file, one group per line (as for score)")
+    c.add_argument("--judge-model", required=True, help="any litellm model string")
+    c.add_argument("--rubric", help="a text file with the rubric (default: the built-in rubric)")
+    c.add_argument("--api-base", help="base URL of an OpenAI-compatible judge API (…/v1)")
+    c.add_argument("--api-key-env", help="name of the environment variable holding the API key")
+    c.add_argument("--passes", type=int, default=3, help="passes of the multi-pass scoring compared (default 3)")
+    c.add_argument("--shuffles", type=int, default=2, help="extra shuffled orders for self-consistency")
+    c.add_argument("--json", action="store_true", help="the report as one JSON object")
     return p
+
+
+async def _check(args: argparse.Namespace) -> int:
+    from judging.bias import format_report, judge_check
+
+    groups = read_groups(Path(args.groups))
+    params: dict[str, Any] = {"api_key": "unused"} if args.api_base else {}
+    if args.api_base:
+        params["api_base"] = args.api_base
+    if args.api_key_env:
+        if not os.environ.get(args.api_key_env):
+            raise JudgeError(f"--api-key-env {args.api_key_env}: that environment variable is not set")
+        params["api_key"] = os.environ[args.api_key_env]
+    rubric = Path(args.rubric).read_text() if args.rubric else None
+    report = await judge_check([g.message_lists() for g in groups], args.judge_model, passes=args.passes,
+                               shuffles=args.shuffles, rubric=rubric, extra_litellm_params=params)
+    print(report.model_dump_json() if args.json else format_report(report))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if args.command == "check":
+            return asyncio.run(_check(args))
         return asyncio.run(_score_all(args))
     except JudgeError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -211,6 +211,22 @@ class JudgeDouble:
 
         return respond
 
+    @staticmethod
+    def prefer_first(rule: Callable[[str], float], bonus: float = 0.5) -> Callable[[RecordedRequest], dict[str, Any]]:
+        """A position-biased judge: scores each block by `(1 - bonus) * rule(text)`, and the block shown FIRST
+        gets `bonus` on top, whatever it says (a judge that favours the first answer it reads)."""
+        score = JudgeDouble.score_by(rule)
+
+        def respond(request: RecordedRequest) -> dict[str, Any]:
+            reply = score(request)
+            first = next(iter(request.trajectory_blocks()), None)
+            for item in reply["scores"]:
+                base = float(item["score"]) * (1 - bonus)
+                item["score"] = round(base + (bonus if item["trajectory_id"] == first else 0.0), 6)
+            return reply
+
+        return respond
+
     # -- serving ---------------------------------------------------------------------------------------------
     def _handle(self, path: str, headers: dict[str, str], body: dict[str, Any]) -> tuple[int, Any, dict]:
         request = RecordedRequest(path=path, headers=headers, body=body)

@@ -3,8 +3,11 @@
   python -m training build-tiny-model DIR           build the tiny offline model
   python -m training run --config FILE.json         train; one JSON object per step on stdout
   python -m training demo --steps N --out DIR       the offline demo (tiny model, local server, 2048)
+  python -m training evaluate --config FILE.json [--checkpoint DIR] [--baseline DIR]
+                                                    held-out evaluation of a checkpoint against the base model
 
-Progress goes to stderr; stdout carries only the step records, so it can be piped into a file or `jq`.
+Progress goes to stderr; stdout carries only the step records and one record per held-out evaluation
+(`"kind": "evaluation"`, with `step` and `eval_win_rate`), so it can be piped into a file or `jq`.
 """
 from __future__ import annotations
 
@@ -18,7 +21,8 @@ from typing import Any
 
 from training.config import RunConfig, load_run_config
 from training.errors import TrainingError
-from training.events import Event, GroupScored, RunFailed, RunStarted, StepFinished
+from training.events import (Event, EvaluationFinished, GroupScored, MonitorAlert, RunFailed, RunStarted,
+                             StepFinished)
 
 
 def _fmt(value: float | None) -> str:
@@ -55,6 +59,15 @@ class ConsoleReporter:
             eta = (time.monotonic() - self.started) / done * (self.total - event.step)
             print(f"step {event.step}/{self.total}  reward {_fmt(event.metrics.get('reward_mean'))}  "
                   f"loss {_fmt(event.metrics.get('loss'))}  ETA {eta:.0f}s", file=sys.stderr, flush=True)
+        elif isinstance(event, EvaluationFinished):  # one JSON line per held-out evaluation
+            print(json.dumps({"kind": "evaluation", "step": event.step, **event.metrics}), flush=True)
+            m = event.metrics
+            print(f"evaluation at step {event.step}: win rate vs base {_fmt(m['eval_win_rate'])} "
+                  f"[{_fmt(m['eval_ci_low'])}, {_fmt(m['eval_ci_high'])}]  env {_fmt(m['eval_env_checkpoint'])} "
+                  f"vs {_fmt(m['eval_env_base'])}", file=sys.stderr, flush=True)
+        elif isinstance(event, MonitorAlert):
+            pause = " (the web app would pause the run)" if event.pause else ""
+            print(f"alert at step {event.step}: {event.monitor}: {event.message}{pause}", file=sys.stderr, flush=True)
         elif isinstance(event, RunFailed):
             print(f"run failed at step {event.step}: {event.error}", file=sys.stderr, flush=True)
 
@@ -95,6 +108,10 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--steps", type=int, default=30)
     demo.add_argument("--out", default="var/demo")
     demo.add_argument("--model-dir", default="var/tiny-model", help="built first if missing")
+    evaluate = sub.add_parser("evaluate", help="held-out evaluation of a checkpoint against the base model")
+    evaluate.add_argument("--config", required=True, help="a run config with an `evaluation` section")
+    evaluate.add_argument("--checkpoint", help="a checkpoint directory (default: the base against itself)")
+    evaluate.add_argument("--baseline", help="compare with this earlier checkpoint instead of the base model")
     args = parser.parse_args(argv)
     try:
         if args.command == "build-tiny-model":
@@ -104,6 +121,15 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "run":
             return run_config(load_run_config(args.config))
+        if args.command == "evaluate":
+            import asyncio
+
+            from training.checks import evaluate_checkpoint
+
+            config = load_run_config(args.config)
+            asyncio.run(evaluate_checkpoint(config, args.checkpoint, scorer=load_scorer(config),
+                                            sink=ConsoleReporter(config.steps), baseline=args.baseline))
+            return 0
         from training.demo import demo_config
         from training.tiny_model import ensure_tiny_model
 

@@ -11,6 +11,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from training.errors import TrainingError
+from training.evaluation import EvaluationConfig
+from training.monitors import MonitorConfig
 
 
 class _Strict(BaseModel):
@@ -148,6 +150,9 @@ class RunConfig(_Strict):
     judge: dict[str, Any] | None = Field(
         None, description="Score with the judge instead of the env reward (options of the `judge` scorer)."
     )
+    evaluation: EvaluationConfig = Field(
+        default_factory=EvaluationConfig, description="Held-out evaluation against the base model (off by default).")
+    monitors: MonitorConfig = Field(default_factory=MonitorConfig, description="Reward-hacking and health monitors.")
 
     @model_validator(mode="after")
     def _scenarios_given(self) -> "RunConfig":

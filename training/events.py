@@ -121,6 +121,32 @@ class RunFailed(Event):
     error: str
 
 
+@dataclass
+class EvaluationFinished(Event):
+    """A held-out evaluation (training.evaluation): `metrics` holds eval_win_rate (ties half), eval_ci_low/high
+    (95 % Wilson), eval_comparisons, eval_env_checkpoint/base, ...; `scenarios` the per-scenario comparisons."""
+
+    kind: ClassVar[str] = "evaluation"
+    step: int
+    model: str
+    baseline: str
+    metrics: dict[str, Any]
+    scenarios: list[dict[str, Any]]
+
+
+@dataclass
+class MonitorAlert(Event):
+    """A monitor crossed its threshold (training.monitors); `pause` asks the watcher to pause the run."""
+
+    kind: ClassVar[str] = "monitor_alert"
+    step: int
+    monitor: str
+    value: float
+    threshold: float
+    message: str
+    pause: bool
+
+
 EventSink = Callable[[Event], None]
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from training.checks import RunChecks, split_for_run
 from training.checkpoints import Checkpoint, adapter_name, checkpoint_dir, commit_checkpoint, latest_checkpoint
 from training.config import RunConfig
 from training.control import Control, StaticControl
@@ -157,6 +158,9 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
     scenarios = load_scenarios(config)
     env = get_environment(config.environment.kind)
     rollout_config = RolloutConfig(config.system_prompt, config.sampling, parse_options(env, config.environment.options))
+    scenarios, held_out = split_for_run(config, scenarios)  # held-out scenarios are never trained on
+    checks = RunChecks(config=config, held_out=held_out, env=env, rollout_config=rollout_config, scorer=scorer,
+                       sink=sink)
     checkpoint = latest_checkpoint(out)
     start = checkpoint.step + 1 if checkpoint else 1
     if config.init_checkpoint and not (Path(config.init_checkpoint) / "adapter_model.safetensors").exists():
@@ -249,6 +253,9 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
             metrics = {"step": step, **step_metrics(done), **train_metrics, "time_rollout_s": rollout_time,
                        "time_scoring_s": scoring_time, "time_train_s": train_time, "time_load_s": load_time,
                        "time_step_s": time.monotonic() - started, "rollout_model": rollout_model, "adapter": name}
+            # Monitors every step, held-out evaluation when due (training/checks.py).
+            metrics |= await checks.after_step(step, done, train_metrics, client, model=name,
+                                               base_model=server.model_name)
             history.append(metrics)
             sink(StepFinished(step=step, metrics=metrics))
         else:

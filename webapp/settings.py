@@ -165,6 +165,7 @@ CELERY_BROKER_URL = REDIS_URL or "memory://"
 CELERY_RESULT_BACKEND = None
 # Every task names its queue: `gpu` for runs; `judge` (light, always running) for re-scores and the reaper.
 CELERY_TASK_ROUTES = {"webapp.tasks.run_execute_task": {"queue": "gpu"},
+                      "webapp.tasks.run_evaluate_task": {"queue": "gpu"},
                       "webapp.tasks.playground_rescore_task": {"queue": "judge"},
                       "webapp.tasks.reap_stale_runs_task": {"queue": "judge"}}
 CELERY_TASK_DEFAULT_QUEUE = "default"

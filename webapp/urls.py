@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from webapp.views import catalogue, projects, review, runs
+from webapp.views import catalogue, evaluation, judge_check, projects, review, runs, scenario_generator
 
 urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
@@ -17,11 +17,14 @@ urlpatterns = [
     path("projects/<int:project_id>/scenario-sets/new/", catalogue.scenario_set_create, name="scenario-set-create"),
     path("scenario-sets/<int:scenario_set_id>/", catalogue.scenario_set_detail, name="scenario-set-detail"),
     path("scenarios/<int:scenario_id>/", catalogue.scenario_edit, name="scenario-edit"),
+    path("scenario-sets/<int:scenario_set_id>/generate/", scenario_generator.scenario_set_generate,
+         name="scenario-set-generate"),
     path("projects/<int:project_id>/rubrics/new/", catalogue.rubric_create, name="rubric-create"),
     path("rubrics/<int:rubric_id>/", catalogue.rubric_detail, name="rubric-detail"),
     path("projects/<int:project_id>/judges/new/", catalogue.judge_create, name="judge-create"),
     path("judges/<int:judge_id>/", catalogue.judge_edit, name="judge-edit"),
     path("judges/<int:judge_id>/test/", catalogue.judge_test, name="judge-test"),
+    path("judges/<int:judge_id>/check/", judge_check.judge_check, name="judge-check"),
     path("projects/<int:project_id>/runs/", runs.run_list, name="run-list"),
     path("projects/<int:project_id>/runs/new/", runs.run_launch, name="run-launch"),
     path("projects/<int:project_id>/runs/compare/", review.runs_compare, name="runs-compare"),
@@ -29,6 +32,7 @@ urlpatterns = [
     path("runs/<int:run_id>/header/", runs.run_header, name="run-header"),
     path("runs/<int:run_id>/steps/", runs.run_steps, name="run-steps"),
     path("runs/<int:run_id>/checkpoints/", runs.run_checkpoints, name="run-checkpoints"),
+    path("checkpoints/<int:checkpoint_id>/evaluate/", evaluation.checkpoint_evaluate, name="checkpoint-evaluate"),
     path("runs/<int:run_id>/groups/", runs.run_groups, name="run-groups"),
     path("runs/<int:run_id>/review/", review.run_review, name="run-review"),
     path("runs/<int:run_id>/approve/", review.run_approve, name="run-approve"),

@@ -133,6 +133,7 @@
     lastSeq = message.seq;
     const handler = handlers[message.kind];
     if (handler) handler(message.data);
+    document.dispatchEvent(new CustomEvent("studio:run-event", {detail: message}));  // evaluation.js listens
     onRunSummary(message.data.run);
     if (headerKinds.has(message.kind)) fetchInto(live.dataset.headerUrl, "#run-header", "outerHTML");
   }

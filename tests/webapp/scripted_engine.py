@@ -2,7 +2,8 @@
 the real control protocol, a checkpoint directory per step, no model. `python manage.py` never uses it; tests
 select it with STUDIO_ENGINE=tests.webapp.scripted_engine:train. Runs that need learning use the real engine.
 
-config.environment.options may hold {"phase_s": seconds per phase} to give a test time to pause or kill.
+config.environment.options may hold {"phase_s": seconds per phase} to give a test time to pause or kill, and
+{"alert_at_step": k} to send a monitor alert that asks for a pause after step k.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 from training.config import RunConfig
 from training.events import (
-    CheckpointSaved, GroupRolledOut, GroupScored, RunFinished, RunStarted, StepFinished, TrainStep,
+    CheckpointSaved, GroupRolledOut, GroupScored, MonitorAlert, RunFinished, RunStarted, StepFinished, TrainStep,
 )
 
 
@@ -60,4 +61,7 @@ async def train(config: RunConfig, *, scorer=None, sink, control, review=None):
         sink(CheckpointSaved(step=step, path=str(path), adapter_name=f"{config.name}@{step}"))
         sink(StepFinished(step=step, metrics={"reward_mean": 0.3 + 0.1 * step, "reward_std": 0.1, "env_mean": 0.3,
                                               "loss": 0.5 / step, "kl": 0.0, "skipped_groups": 0}))
+        if step == config.environment.options.get("alert_at_step"):
+            sink(MonitorAlert(step=step, monitor="length", value=3.5, threshold=2.0, pause=True,
+                              message="answer length grew 3.5x since the first 3 steps (threshold 2.0x)"))
     sink(RunFinished(status="completed", steps_done=config.steps))

@@ -34,6 +34,7 @@ def test_the_demo_command_trains_the_tiny_model_end_to_end_on_the_embedded_defau
     assert db.execute("select status, steps_done from webapp_run").fetchall() == [("completed", 1)]
     kinds = {k for (k,) in db.execute("select kind from webapp_runevent")}
     assert {"run_started", "group_scored", "step_finished", "checkpoint_saved", "run_finished"} <= kinds
+    assert "evaluation" in kinds  # the demo holds out 8 positions; the last step is always evaluated
     assert db.execute("select count(*) from webapp_trajectory").fetchone()[0] == 32  # 4 groups of 8
 
 

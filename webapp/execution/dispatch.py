@@ -14,7 +14,8 @@ from webapp.celery_app import app
 
 RUN_EXECUTE = "webapp.tasks.run_execute_task"
 PLAYGROUND_RESCORE = "webapp.tasks.playground_rescore_task"
-QUEUES = {RUN_EXECUTE: "gpu", PLAYGROUND_RESCORE: "judge"}
+CHECKPOINT_EVALUATE = "webapp.tasks.run_evaluate_task"  # it loads the model: a GPU worker's job
+QUEUES = {RUN_EXECUTE: "gpu", PLAYGROUND_RESCORE: "judge", CHECKPOINT_EVALUATE: "gpu"}
 
 LocalExecutor = Callable[[str, int], None]
 _local: LocalExecutor | None = None

@@ -14,7 +14,8 @@ from pathlib import Path
 from django.conf import settings
 from django.db import close_old_connections, connections
 
-from webapp.execution.dispatch import PLAYGROUND_RESCORE, RUN_EXECUTE, dispatch_install_local
+from webapp.execution.dispatch import CHECKPOINT_EVALUATE, PLAYGROUND_RESCORE, RUN_EXECUTE, dispatch_install_local
+from webapp.execution.evaluation import checkpoint_evaluate_execute
 from webapp.execution.runner import run_execute
 from webapp.models import Run, RunStatus
 from webapp.models.runs import ACTIVE_STATUSES
@@ -66,11 +67,37 @@ def submit_rescore(rescore_id: int) -> None:
     future.add_done_callback(_judge_pending.discard)
 
 
+_eval_pool: ThreadPoolExecutor | None = None
+
+
+def submit_evaluation(checkpoint_id: int) -> None:
+    """A checkpoint's evaluation on its own thread: it must not wait behind the next queued run."""
+    global _eval_pool
+    with _pool_lock:
+        if _eval_pool is None:
+            _eval_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="studio-eval")
+        future = _eval_pool.submit(_evaluate_in_thread, checkpoint_id)
+        _judge_pending.add(future)  # wait_idle waits for it too
+    future.add_done_callback(_judge_pending.discard)
+
+
+def _evaluate_in_thread(checkpoint_id: int) -> None:
+    close_old_connections()
+    try:
+        checkpoint_evaluate_execute(checkpoint_id=checkpoint_id)
+    except Exception:
+        log.exception("the evaluation of checkpoint %s failed", checkpoint_id)
+    finally:
+        connections.close_all()
+
+
 def _run_local(name: str, object_id: int) -> None:
     if name == RUN_EXECUTE:
         submit(object_id)
     elif name == PLAYGROUND_RESCORE:
         submit_rescore(object_id)
+    elif name == CHECKPOINT_EVALUATE:
+        submit_evaluation(object_id)
     else:
         raise ValueError(f"the in-process executor runs no task {name!r}")
 

@@ -23,6 +23,7 @@ from django.db import DatabaseError, close_old_connections
 from studio.key_policy import POLICY_ENV
 from webapp.live.ingest import run_event_ingest
 from webapp.models import Run, RunStatus
+from webapp.services.monitoring import run_monitor_pause_check
 from webapp.services.review import run_review_rewards
 from webapp.services.runs import (
     run_claim, run_control_state, run_finish_after_engine, run_heartbeat, run_judge_budget_check,
@@ -151,6 +152,8 @@ def _pump(proc: subprocess.Popen, read_fd: int, *, run_id: int, worker: str) -> 
                         review_step = step
                     elif kind == "judge_usage":
                         run_judge_budget_check(run_id=run_id)  # pauses the run once its judge budget is spent
+                    elif kind == "monitor_alert":
+                        run_monitor_pause_check(run_id=run_id)  # pauses the run when the alert's monitor says so
         if review_step is not None and _review_released(run_id):
             # Events arrive in order, so every group of the step is a row by now: its overrides are all there.
             _write(proc, {"review": run_review_rewards(run_id=run_id, step=review_step)})

@@ -15,6 +15,7 @@ from typing import Any, Callable
 from django.db import transaction
 from django.utils import timezone
 
+from webapp.live.evaluation_events import alert_payload, evaluation_failed_payload, evaluation_payload
 from webapp.live.publish import publish
 from webapp.models import Checkpoint, JudgeCall, Run, RunEvent, RunStatus, Scenario, Step, Trajectory, TrajectoryGroup
 from webapp.models.runs import ACTIVE_STATUSES
@@ -78,6 +79,9 @@ def run_event_ingest(*, run_id: int, event: dict[str, Any]) -> RunEvent:
 
 
 def _set_phase(run: Run, phase: str, **fields: Any) -> None:
+    if run.status == RunStatus.PAUSED and run.phase.startswith("paused") and "status" not in fields:
+        # Paused by a judge budget or a monitor: the engine still finishes its phase, but the run keeps saying why.
+        phase = run.phase
     run.phase = phase
     for key, value in fields.items():
         setattr(run, key, value)
@@ -280,4 +284,7 @@ _HANDLERS: dict[str, Callable[[Run, dict[str, Any]], dict[str, Any]]] = {
     "step_finished": _on_step_finished,
     "run_finished": _on_run_finished,
     "run_failed": _on_run_failed,
+    "evaluation": evaluation_payload,  # held-out evaluations and monitor alerts: evaluation_events.py
+    "monitor_alert": alert_payload,
+    "evaluation_failed": evaluation_failed_payload,
 }

@@ -1,39 +1,44 @@
-"""Checking a judge before a run depends on it: one tiny real request through the same path runs and the
-playground use (judging.score_group → litellm), with no retries, so a judge that is down says why at once."""
+"""The judge check from the web app (judging/bias.py) on a fixed set of the project's stored groups: the most
+recent CHECK_GROUPS groups with at least two answers, so a rerun on the same project checks the same groups."""
 from __future__ import annotations
 
 import asyncio
-import time
-from typing import Any
 
-from webapp.models import JudgeConfig, Role
+from django.core.exceptions import ValidationError
+
+from judging.bias import BiasReport, judge_check
+from judging.errors import JudgeError
+from webapp.models import JudgeConfig, Role, TrajectoryGroup
 from webapp.services.access import require_role
 from webapp.services.playground import judge_request_params
 
-TEST_TIMEOUT_S = 20.0  # long enough for a slow hosted model's first token, short enough to wait for in a page
-_GROUP = [[{"role": "user", "content": "What is 2 + 2?"}, {"role": "assistant", "content": "4"}],
-          [{"role": "user", "content": "What is 2 + 2?"}, {"role": "assistant", "content": "5"}]]
-_RUBRIC = "The correct answer is best."
+CHECK_GROUPS = 6
 
 
-def judge_config_test(*, user, judge: JudgeConfig) -> dict[str, Any]:
-    """{"ok", "latency_s", "cost_usd", "prompt_tokens", "completion_tokens", "reply", "scores", "error"}.
-    Never raises for a judge problem: the reason is the result."""
-    import judging
+def judge_check_groups(*, judge: JudgeConfig) -> list[TrajectoryGroup]:
+    groups = (TrajectoryGroup.objects.filter(run__project=judge.project_id).order_by("-id")
+              .prefetch_related("trajectories"))
+    chosen = []
+    for g in groups[:200]:
+        if sum(1 for t in g.trajectories.all() if not t.error) >= 2:
+            chosen.append(g)
+        if len(chosen) == CHECK_GROUPS:
+            break
+    return sorted(chosen, key=lambda g: g.id)
 
+
+def judge_check_run(*, user, judge: JudgeConfig, passes: int = 3) -> tuple[BiasReport, list[TrajectoryGroup]]:
     require_role(user=user, project=judge.project, role=Role.EDITOR)
-    started = time.perf_counter()
-    result: dict[str, Any] = {"ok": False, "model": judge.model, "cost_usd": None, "reply": "", "scores": []}
+    if not 2 <= passes <= 8:
+        raise ValidationError({"passes": ["compare 2 to 8 passes"]})
+    groups = judge_check_groups(judge=judge)
+    if not groups:
+        raise ValidationError({"groups": ["no stored groups with two or more answers yet: run a few steps first"]})
+    lists = [[t.messages for t in sorted(g.trajectories.all(), key=lambda t: t.index) if not t.error]
+             for g in groups]
     try:
-        params = {**judge_request_params(judge=judge), "timeout": TEST_TIMEOUT_S}
-        judgement = asyncio.run(judging.score_group(
-            _GROUP, judge.model, rubric=_RUBRIC, extra_litellm_params=params, cache=False, shuffle=False,
-            transport_retries=0, max_attempts=1))
-    except (judging.JudgeError, ValueError) as err:
-        result.update(error=str(err), latency_s=time.perf_counter() - started)
-        return result
-    call = judgement.calls[-1]
-    result.update(ok=True, latency_s=time.perf_counter() - started, cost_usd=judgement.cost_usd,
-                  prompt_tokens=judgement.prompt_tokens, completion_tokens=judgement.completion_tokens,
-                  reply=call.raw_reply or "", scores=[round(s.score, 3) for s in judgement.scores], error="")
-    return result
+        report = asyncio.run(judge_check(lists, judge.model, passes=passes,
+                                         extra_litellm_params=judge_request_params(judge=judge)))
+    except (JudgeError, ValueError) as err:
+        raise ValidationError({"judge": [str(err)]}) from None
+    return report, groups

@@ -73,6 +73,12 @@ def run_config_build(*, name: str, agent: Agent, scenario_set: ScenarioSet, rubr
     ]
     if not scenarios:
         raise ValidationError({"scenario_set": ["this scenario set has no training scenarios; add or upload some"]})
+    # Validation scenarios are the held-out set: never trained on, answered by checkpoint and base at evaluations.
+    held_out = [
+        {"id": s.external_id, "user_message": s.user_message, "context": s.context or None,
+         "reference": s.reference or None, "metadata": s.metadata}
+        for s in scenario_set.scenarios.filter(split=Scenario.Split.VALIDATION).order_by("id")
+    ]
     if judge is None and rubric_version is not None:
         raise ValidationError({"judge_config": ["a rubric needs a judge to apply it; choose a judge or no rubric"]})
     api_key_env = judge.api_key_env or ("STUDIO_JUDGE_API_KEY" if judge.has_stored_key else None) if judge else None
@@ -91,6 +97,9 @@ def run_config_build(*, name: str, agent: Agent, scenario_set: ScenarioSet, rubr
                                criteria=rubric_version.criteria if rubric_version else None,
                                api_key_env=api_key_env) if judge else None,
     }
+    if held_out:
+        data["scenarios"] = scenarios + held_out
+        data["evaluation"] = {"held_out_ids": [h["id"] for h in held_out]}
     if overrides:
         forbidden = {"judge", "output_dir"} & set(overrides)
         if forbidden:

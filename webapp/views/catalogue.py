@@ -7,6 +7,7 @@ from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
+from django.urls import reverse
 
 from webapp import selectors
 from webapp.forms import (
@@ -15,7 +16,7 @@ from webapp.forms import (
 )
 from webapp.models import Agent, JudgeConfig, Role, Rubric, Scenario, ScenarioSet
 from webapp.services import catalogue as svc
-from webapp.services import judge_check
+from webapp.services import judge_probe
 from webapp.views.common import handle_form, is_validation_request, validation_response
 
 FORM_PAGE = "webapp/form_page.html"
@@ -187,6 +188,7 @@ def judge_edit(request: HttpRequest, judge_id: int) -> HttpResponse:
     return handle_form(request, form, save, FORM_PAGE, {
         "project": judge.project, "title": f"Judge {judge.name}", "test_judge": judge,
         "note": "An API key is stored (encrypted); it is never shown." if judge.has_stored_key else "",
+        "check_url": reverse("judge-check", args=[judge.id]),
     })
 
 
@@ -195,5 +197,5 @@ def judge_edit(request: HttpRequest, judge_id: int) -> HttpResponse:
 def judge_test(request: HttpRequest, judge_id: int) -> HttpResponse:
     """One tiny real request to the saved judge: latency, cost and its reply, or why it failed."""
     judge = selectors.in_project_get(user=request.user, model=JudgeConfig, pk=judge_id, role=Role.EDITOR)
-    result = judge_check.judge_config_test(user=request.user, judge=judge)
+    result = judge_probe.judge_config_test(user=request.user, judge=judge)
     return render(request, "webapp/partials/judge_test.html", {"result": result, "judge": judge})

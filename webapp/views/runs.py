@@ -13,6 +13,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from webapp import reward_selectors, selectors
+from webapp.evaluation_selectors import run_evaluation_data
 from webapp.forms import GroupSearchForm, LaunchForm
 from webapp.models import Role
 from webapp.services import runs as run_services
@@ -68,6 +69,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "checkpoints": run.checkpoints.order_by("step_index"), "chart": selectors.run_chart_data(run=run),
         "settings": selectors.run_settings(run=run),
         "last_seq": run.last_event_seq,
+        "evaluation": run_evaluation_data(run=run),  # held-out win rate, monitors, checkpoint table
     })
 
 

@@ -61,9 +61,12 @@ class Command(BaseCommand):
             scenario_set = ScenarioSet.objects.filter(project=project, name="2048 games").first()
             if scenario_set is None:
                 scenario_set = catalogue.scenario_set_create(user=user, project=project, name="2048 games")
+                held_out = set(demo.evaluation.held_out_ids)  # validation split = held out for evaluation
                 Scenario.objects.bulk_create(
                     Scenario(scenario_set=scenario_set, external_id=s.id, user_message=s.user_message,
-                             metadata=s.metadata) for s in demo.scenarios)
+                             metadata=s.metadata,
+                             split=Scenario.Split.VALIDATION if s.id in held_out else Scenario.Split.TRAIN)
+                    for s in demo.scenarios)
             judge, rubric_version = self._judge(user, project)
             run = run_launch(
                 user=user, project=project, name=f"demo-{project.runs.count() + 1}", agent=agent,
@@ -71,7 +74,8 @@ class Command(BaseCommand):
                 group_size=demo.grpo.group_size, groups_per_step=demo.grpo.groups_per_step,
                 learning_rate=demo.grpo.learning_rate, seed=demo.seed,
                 overrides={"lora": demo.lora.model_dump(), "grpo": {"micro_batch_size": demo.grpo.micro_batch_size,
-                                                                     "max_grad_norm": demo.grpo.max_grad_norm}})
+                                                                     "max_grad_norm": demo.grpo.max_grad_norm},
+                           "evaluation": {"every": demo.evaluation.every, "samples": demo.evaluation.samples}})
         url = f"http://{host}:{port}/runs/{run.id}/"
         self.stdout.write(self.style.SUCCESS("Rubric Studio demo"))
         self.stdout.write(f"  user:     {user.username}")

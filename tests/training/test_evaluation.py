@@ -1,0 +1,125 @@
+"""Held-out evaluation on a scripted engine: scripted answers with known rewards give a known win rate and CI."""
+from __future__ import annotations
+
+import asyncio
+import math
+
+import pytest
+
+from training.config import SamplingConfig
+from training.environments.base import RolloutConfig
+from training.environments.chat import ChatOptions
+from training.evaluation import EvaluationConfig, Evaluator, split_scenarios, wilson_interval
+from training.types import Scenario, Score, Trajectory, env_reward_scorer
+
+# reward of each model's answers, per scenario: the checkpoint wins s1 and s2, ties s3, loses s4
+REWARDS = {"ckpt": {"s1": 0.9, "s2": 0.7, "s3": 0.5, "s4": 0.1}, "base": {"s1": 0.2, "s2": 0.3, "s3": 0.5, "s4": 0.6}}
+
+
+class ScriptedEnv:
+    """An environment whose answers carry a reward known in advance, by model and scenario."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    async def rollout(self, client, model, scenario, config) -> Trajectory:
+        self.calls.append((model, scenario.id))
+        return Trajectory(scenario_id=scenario.id, env_reward=REWARDS[model][scenario.id],
+                          messages=[{"role": "assistant", "content": f"{model} on {scenario.id}"}])
+
+
+def evaluator(env, scorer=env_reward_scorer, samples=2, scenarios=("s1", "s2", "s3", "s4")) -> Evaluator:
+    return Evaluator(config=EvaluationConfig(held_out_ids=list(scenarios), samples=samples, every=5),
+                     held_out=[Scenario(id=s, user_message="play") for s in scenarios], env=env,
+                     rollout_config=RolloutConfig("", SamplingConfig(), ChatOptions()), scorer=scorer,
+                     total_steps=12, seed=0)
+
+
+def test_known_rewards_give_the_known_win_rate_with_ties_counting_half_and_a_wilson_interval():
+    result = asyncio.run(evaluator(ScriptedEnv()).evaluate(5, None, model="ckpt", base_model="base"))
+    # 4 scenarios x (2 x 2) pairs = 16 comparisons: 8 wins (s1, s2), 4 ties (s3) count 2, 4 losses (s4)
+    assert result["eval_comparisons"] == 16 and result["eval_scenarios"] == 4
+    assert result["eval_win_rate"] == pytest.approx(10 / 16)
+    low, high = result["eval_ci_low"], result["eval_ci_high"]
+    assert (low, high) == pytest.approx(wilson_interval(10, 16)) and low < 10 / 16 < high
+    assert result["eval_env_checkpoint"] == pytest.approx((0.9 + 0.7 + 0.5 + 0.1) / 4)
+    assert result["eval_env_base"] == pytest.approx((0.2 + 0.3 + 0.5 + 0.6) / 4)
+    assert {s["scenario_id"]: s["wins"] for s in result["scenarios"]} == {"s1": 4, "s2": 4, "s3": 2, "s4": 0}
+
+
+def test_the_wilson_interval_matches_the_textbook_value():
+    # 8 of 10, 95 %: (0.4902, 0.9433) (Wilson 1927; Newcombe 1998, table I)
+    assert wilson_interval(8, 10) == pytest.approx((0.4902, 0.9433), abs=1e-4)
+    assert wilson_interval(0, 0) == (0.0, 1.0)
+    low, high = wilson_interval(50, 100)
+    assert math.isclose(0.5 - low, high - 0.5)
+
+
+def test_both_models_answer_in_one_shuffled_group_and_the_base_answers_once():
+    orders = []
+
+    async def judge_by_text(group):  # a scorer that sees the group as a judge does, in presented order
+        orders.append([t.messages[-1]["content"].split()[0] for t in group.trajectories])
+        return [Score(reward=t.env_reward, judge_score=t.env_reward) for t in group.trajectories]
+
+    env = ScriptedEnv()
+    ev = evaluator(env, scorer=judge_by_text, samples=3)
+    first = asyncio.run(ev.evaluate(5, None, model="ckpt", base_model="base"))
+    second = asyncio.run(ev.evaluate(10, None, model="ckpt", base_model="base"))
+    assert all(sorted(o) == ["base"] * 3 + ["ckpt"] * 3 for o in orders)  # one group of both sides per scenario
+    assert len({tuple(o) for o in orders}) > 1  # positions differ: shuffled, not checkpoint-first
+    assert sum(m == "base" for m, _ in env.calls) == 4 * 3  # the base model's answers are rolled out once
+    assert first["eval_win_rate"] == second["eval_win_rate"] == pytest.approx((9 + 9 + 4.5) / 36)  # 9 pairs per scenario
+
+
+def test_a_scenario_the_scorer_cannot_score_is_left_out_and_counted():
+    async def fails_on_s4(group):
+        if group.scenario.id == "s4":
+            raise RuntimeError("judge down")
+        return [Score(reward=t.env_reward) for t in group.trajectories]
+
+    result = asyncio.run(evaluator(ScriptedEnv(), scorer=fails_on_s4, samples=1).evaluate(
+        5, None, model="ckpt", base_model="base"))
+    assert result["eval_unscored"] == 1 and result["eval_comparisons"] == 3
+    assert result["eval_win_rate"] == pytest.approx(2.5 / 3)
+
+
+def test_evaluation_is_due_every_n_steps_and_at_the_end():
+    ev = evaluator(ScriptedEnv())
+    assert [s for s in range(1, 13) if ev.due(s)] == [5, 10, 12]
+
+
+def test_the_split_holds_out_listed_and_hashed_scenarios_and_never_trains_on_them():
+    scenarios = [Scenario(id=f"q{k}", user_message="?") for k in range(100)]
+    train, held = split_scenarios(scenarios, EvaluationConfig(held_out_fraction=0.2, held_out_ids=["q7"]), seed=1)
+    assert "q7" in {s.id for s in held} and not {s.id for s in train} & {s.id for s in held}
+    assert len(train) + len(held) == 100 and 10 <= len(held) <= 35
+    again, _ = split_scenarios(scenarios + [Scenario(id="new", user_message="?")],
+                               EvaluationConfig(held_out_fraction=0.2, held_out_ids=["q7"]), seed=1)
+    assert {s.id for s in train} <= {s.id for s in again}  # adding a scenario moves no other
+    assert split_scenarios(scenarios, EvaluationConfig(), seed=1) == (scenarios, [])
+    with pytest.raises(ValueError, match="unknown scenarios"):
+        split_scenarios(scenarios, EvaluationConfig(held_out_ids=["nope"]), seed=1)
+
+
+def test_a_checkpoint_is_evaluated_on_demand_against_an_earlier_one(tiny_model_dir, tmp_path, capsys):
+    """The engine's `evaluate` on the tiny model: the two sides are the adapters named (the server answers each
+    request as the model asked for, or the rollout fails), one comparison per held-out scenario."""
+    from tests.training.configs import small_config
+    from training.__main__ import main
+    from training.checks import evaluate_checkpoint
+    from training.events import EvaluationFinished
+    from training.loop import run
+
+    config = small_config(tiny_model_dir, tmp_path, steps=2, evaluation={"samples": 1, "every": 100})
+    run(config)
+    ckpt = tmp_path / "checkpoints"
+    events = []
+    result = asyncio.run(evaluate_checkpoint(config, str(ckpt / "step_0002"), sink=events.append,
+                                             baseline=str(ckpt / "step_0001")))
+    [event] = [e for e in events if isinstance(e, EvaluationFinished)]
+    assert (event.step, event.model, event.baseline) == (2, "t@eval", "t@baseline")
+    assert result["eval_comparisons"] == 8 and result["eval_unscored"] == 0
+    (tmp_path / "c.json").write_text(config.model_dump_json())
+    assert main(["evaluate", "--config", str(tmp_path / "c.json"), "--baseline", str(tmp_path)]) == 2
+    assert "holds no adapter" in capsys.readouterr().err

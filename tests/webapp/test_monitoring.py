@@ -1,0 +1,112 @@
+"""Monitor alerts and held-out evaluations in the web app: a pausing alert pauses the run with its reason (as a
+spent judge budget does), the run page shows the win-rate curve, the alerts and the checkpoint table."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.webapp.conftest import wait_for
+from tests.webapp.factories import agent_factory, project_factory, run_factory, scenario_set_factory
+from webapp.execution.executors import wait_idle
+from webapp.live.ingest import run_event_ingest
+from webapp.models import Run, RunStatus
+from webapp.services import runs as run_services
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _launch(project, **options) -> Run:
+    agent = agent_factory(project=project, environment_options=options)
+    return run_services.run_launch(
+        user=project.owner, project=project, name="monitored", agent=agent,
+        scenario_set=scenario_set_factory(project=project), steps=4, group_size=2, groups_per_step=1,
+        learning_rate=1e-3)
+
+
+def test_a_pausing_monitor_alert_pauses_the_run_with_its_reason_and_resume_finishes_it(inprocess_executor,
+                                                                                       scripted_engine):
+    project = project_factory()
+    run = _launch(project, alert_at_step=2, phase_s=0.1)
+    wait_for(lambda: Run.objects.get(pk=run.pk).status == RunStatus.PAUSED, message="the monitor to pause the run")
+    run.refresh_from_db()
+    time.sleep(1.0)  # the engine finishes the phase it was in, then holds: the reason stays
+    run.refresh_from_db()
+    assert run.status == RunStatus.PAUSED and run.steps_done < 4
+    assert "paused by the length monitor at step 2: answer length grew 3.5x" in run.phase
+    alert = run.events.get(kind="monitor_alert").payload
+    assert alert["monitor"] == "length" and alert["pause"] is True
+    run_services.run_resume(user=project.owner, run=run)
+    wait_idle(timeout=60)
+    run.refresh_from_db()
+    assert run.status == RunStatus.COMPLETED and run.steps_done == 4
+
+
+def _evaluation(step: int, win_rate: float) -> dict:
+    return {"kind": "evaluation", "step": step, "model": f"r@{step}", "baseline": "base",
+            "metrics": {"eval_win_rate": win_rate, "eval_ci_low": win_rate - 0.1, "eval_ci_high": win_rate + 0.1,
+                        "eval_comparisons": 64, "eval_env_checkpoint": 0.5, "eval_env_base": 0.2},
+            "scenarios": []}
+
+
+def test_the_run_page_shows_the_win_rate_curve_alerts_escaped_and_the_best_checkpoint(client):
+    project = project_factory()
+    run = run_factory(project=project)  # a row only: nothing executes
+    for step in (1, 2, 3):
+        run_event_ingest(run_id=run.pk, event={"kind": "checkpoint_saved", "step": step, "path": f"/x/{step}",
+                                               "adapter_name": f"r@{step}"})
+    for step, rate in ((1, 0.55), (2, 0.81), (3, 0.7)):
+        run_event_ingest(run_id=run.pk, event=_evaluation(step, rate))
+    run_event_ingest(run_id=run.pk, event={"kind": "monitor_alert", "step": 3, "monitor": "repetition",
+                                           "value": 0.8, "threshold": 0.5, "pause": False,
+                                           "message": "<script>alert(1)</script> repeats"})
+    client.force_login(project.owner)
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    assert 'id="eval-chart"' in page and 'id="monitor-chart"' in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; repeats" in page and "<script>alert(1)" not in page
+    best = page.split('class="best"')[1].split("</tr>")[0]
+    assert "step 2" in best and "81%" in best and "fork" in best and "download" in best
+
+
+def test_evaluate_now_runs_the_engines_evaluation_of_a_checkpoint_and_records_it(client, inprocess_executor,
+                                                                               tiny_model_dir, tmp_path):
+    from tests.training.configs import small_config
+    from training.loop import run as train_run
+
+    project = project_factory()
+    config = small_config(tiny_model_dir, tmp_path / "run", steps=1, evaluation={"samples": 2}, device="cpu")
+    run = run_factory(project=project)  # a row only: nothing executes
+    Run.objects.filter(pk=run.pk).update(config=config.model_dump(mode="json"), status=RunStatus.COMPLETED)
+    events = []
+    train_run(config, sink=events.append)  # a real checkpoint, recorded as the runner would
+    for e in events:
+        if e.kind == "checkpoint_saved":
+            run_event_ingest(run_id=run.pk, event=e.to_dict())
+    assert [e.step for e in events if e.kind == "evaluation"] == [1]  # the loop's own, not recorded here
+    checkpoint = run.checkpoints.get()
+
+    client.force_login(project.owner)
+    response = client.post(f"/checkpoints/{checkpoint.pk}/evaluate/")
+    assert response.status_code == 302
+    wait_idle(timeout=300)
+    evaluation = run.events.get(kind="evaluation").payload
+    assert evaluation["on_demand"] is True and evaluation["step"] == 1
+    assert evaluation["metrics"]["eval_comparisons"] == 8 * 2 * 2  # 8 held-out positions, 2 answers a side
+    assert 0.0 <= evaluation["metrics"]["eval_win_rate"] <= 1.0
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    assert 'class="best"' in page
+
+
+def test_evaluate_now_needs_held_out_scenarios_and_an_editor(client, settings):
+    settings.STUDIO_EXECUTOR = "inprocess"
+    project = project_factory()
+    run = run_factory(project=project)  # a row only: nothing executes
+    run_event_ingest(run_id=run.pk, event={"kind": "checkpoint_saved", "step": 1, "path": "/x", "adapter_name": "r@1"})
+    checkpoint = run.checkpoints.get()
+    client.force_login(project.owner)
+    page = client.post(f"/checkpoints/{checkpoint.pk}/evaluate/", follow=True).content.decode()
+    assert "holds out no scenarios" in page and not run.events.filter(kind__startswith="evaluation").exists()
+    from tests.webapp.factories import member_factory
+
+    client.force_login(member_factory(project=project))
+    assert client.post(f"/checkpoints/{checkpoint.pk}/evaluate/").status_code in (403, 404)

@@ -1,0 +1,148 @@
+"""Reward-hacking and health monitors, computed after every step.
+
+A policy can raise a judge's scores without getting better: by writing longer answers, repeating itself, or
+finding what the judge likes that the task does not reward. Each step yields signals (prefixed `mon_` in the
+step metrics so they are charted with the rest) and, when a signal crosses its run's threshold, an Alert. An
+alert fires when the signal crosses and again only after it has recovered. Alerts whose monitor is listed in
+`pause_on` ask the watcher to pause the run (the web app does, as for a spent judge budget).
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from training.types import Trajectory, TrajectoryGroup
+
+MonitorName = Literal["length", "repetition", "empty", "judge_divergence", "kl", "zero_variance"]
+
+
+class MonitorConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    window: int = Field(3, ge=1, description="Steps averaged on each side of a trend comparison.")
+    max_length_growth: float = Field(
+        2.0, gt=1.0, description="Alert when the mean answer length of the last `window` steps exceeds this "
+        "multiple of the first `window` steps'.")
+    ngram: int = Field(3, ge=1, le=10, description="Word n-gram size of the repeat rate.")
+    max_repeat_rate: float = Field(0.5, ge=0.0, le=1.0, description="Alert above this share of repeated n-grams.")
+    max_empty_rate: float = Field(0.5, ge=0.0, le=1.0, description="Alert above this share of empty answers.")
+    min_divergence: float = Field(
+        0.05, gt=0.0, description="Alert when the judge mean rose by at least this over the last `window` steps "
+        "while the env reward mean or the held-out win rate fell by at least this.")
+    max_kl: float | None = Field(1.0, gt=0.0, description="Alert above this KL to the base (where measured).")
+    max_zero_variance: float = Field(
+        0.9, ge=0.0, le=1.0, description="Alert above this fraction of groups with no reward spread (no gradient).")
+    pause_on: list[MonitorName] = Field(
+        default_factory=lambda: ["judge_divergence"], description="Monitors whose alert pauses the run.")
+
+
+@dataclass
+class Alert:
+    step: int
+    monitor: str
+    value: float
+    threshold: float
+    message: str
+    pause: bool
+
+
+def answers(t: Trajectory) -> list[str]:
+    """The assistant messages of a trajectory: lengths are per message, so a longer game is not a longer answer."""
+    return [str(m.get("content") or "") for m in t.messages if m.get("role") == "assistant"]
+
+
+def repeat_rate(text: str, n: int) -> float:
+    """Share of the text's word n-grams that repeat an earlier one: 0 for fresh text, near 1 for a loop."""
+    words = text.split()
+    grams = [tuple(words[i:i + n]) for i in range(len(words) - n + 1)]
+    return 1.0 - len(set(grams)) / len(grams) if grams else 0.0
+
+
+def step_signals(groups: list[TrajectoryGroup], train_metrics: dict, ngram: int) -> dict[str, float | None]:
+    texts = [a for g in groups for t in g.trajectories if t.error is None for a in answers(t)]
+    judge = [t.judge_score for g in groups for t in g.trajectories if t.judge_score is not None]
+    env = [t.env_reward for g in groups for t in g.trajectories if t.env_reward is not None]
+    return {
+        "mon_length_chars": statistics.fmean(len(a) for a in texts) if texts else None,
+        "mon_repeat_rate": statistics.fmean(repeat_rate(a, ngram) for a in texts) if texts else None,
+        "mon_empty_rate": statistics.fmean(not a.strip() for a in texts) if texts else None,
+        "mon_zero_variance": sum(g.skipped for g in groups) / len(groups) if groups else None,
+        "mon_kl": train_metrics.get("kl"),
+        "mon_judge_mean": statistics.fmean(judge) if judge else None,
+        "mon_env_mean": statistics.fmean(env) if env else None,
+    }
+
+
+def _window_means(series: list[float], window: int) -> tuple[float, float] | None:
+    """(mean of the previous `window`, mean of the last `window`), once there are 2 × window values."""
+    if len(series) < 2 * window:
+        return None
+    return statistics.fmean(series[-2 * window:-window]), statistics.fmean(series[-window:])
+
+
+class Monitors:
+    def __init__(self, config: MonitorConfig) -> None:
+        self.config = config
+        self.history: dict[str, list[float]] = {}
+        self.win_rates: list[float] = []
+        self.firing: set[str] = set()
+
+    def _check(self, step: int, name: str, value: float | None, threshold: float, crossed: bool,
+               message: str) -> list[Alert]:
+        if value is None or not crossed:
+            self.firing.discard(name)
+            return []
+        if name in self.firing:
+            return []
+        self.firing.add(name)
+        return [Alert(step, name, value, threshold, message, name in self.config.pause_on)]
+
+    def observe_step(self, step: int, signals: dict[str, float | None]) -> list[Alert]:
+        c = self.config
+        for key, value in signals.items():
+            if value is not None:
+                self.history.setdefault(key, []).append(value)
+        alerts: list[Alert] = []
+        lengths = self.history.get("mon_length_chars", [])
+        growth = None
+        if len(lengths) >= 2 * c.window and statistics.fmean(lengths[:c.window]) > 0:
+            growth = statistics.fmean(lengths[-c.window:]) / statistics.fmean(lengths[:c.window])
+        alerts += self._check(step, "length", growth, c.max_length_growth, (growth or 0) > c.max_length_growth,
+                              f"answer length grew {growth or 0:.1f}x since the first {c.window} steps "
+                              f"(threshold {c.max_length_growth}x)")
+        rep, empty = signals.get("mon_repeat_rate"), signals.get("mon_empty_rate")
+        alerts += self._check(step, "repetition", rep, c.max_repeat_rate, (rep or 0) > c.max_repeat_rate,
+                              f"{(rep or 0):.0%} of answer {c.ngram}-grams are repeats")
+        alerts += self._check(step, "empty", empty, c.max_empty_rate, (empty or 0) > c.max_empty_rate,
+                              f"{(empty or 0):.0%} of answers are empty")
+        zero = signals.get("mon_zero_variance")
+        alerts += self._check(step, "zero_variance", zero, c.max_zero_variance, (zero or 0) > c.max_zero_variance,
+                              f"{(zero or 0):.0%} of groups had no reward spread (nothing to learn from)")
+        kl = signals.get("mon_kl")
+        if c.max_kl is not None:
+            alerts += self._check(step, "kl", kl, c.max_kl, (kl or 0) > c.max_kl,
+                                  f"KL to the base is {(kl or 0):.3f} (threshold {c.max_kl})")
+        alerts += self._divergence(step)
+        return alerts
+
+    def observe_evaluation(self, step: int, win_rate: float | None) -> list[Alert]:
+        if win_rate is not None:
+            self.win_rates.append(win_rate)
+        return self._divergence(step)
+
+    def _divergence(self, step: int) -> list[Alert]:
+        c = self.config
+        judge = _window_means(self.history.get("mon_judge_mean", []), c.window)
+        if judge is None or judge[1] - judge[0] < c.min_divergence:
+            return self._check(step, "judge_divergence", None, c.min_divergence, False, "")
+        falls = []
+        env = _window_means(self.history.get("mon_env_mean", []), c.window)
+        if env is not None and env[0] - env[1] >= c.min_divergence:
+            falls.append(f"the env reward fell {env[0]:.3f} -> {env[1]:.3f}")
+        if len(self.win_rates) >= 2 and self.win_rates[-2] - self.win_rates[-1] >= c.min_divergence:
+            falls.append(f"the held-out win rate fell {self.win_rates[-2]:.0%} -> {self.win_rates[-1]:.0%}")
+        rise = judge[1] - judge[0]
+        return self._check(step, "judge_divergence", rise, c.min_divergence, bool(falls),
+                           f"the judge score rose {judge[0]:.3f} -> {judge[1]:.3f} while " + " and ".join(falls))

@@ -1,0 +1,40 @@
+"""Read side of held-out evaluations and monitors for the run page (callers have checked membership)."""
+from __future__ import annotations
+
+from typing import Any
+
+from webapp.models import Run
+
+MONITOR_SERIES = {"mon_length_chars": "answer length (chars)", "mon_repeat_rate": "n-gram repeat rate",
+                  "mon_empty_rate": "empty answers", "mon_zero_variance": "zero-variance groups",
+                  "mon_kl": "KL to base", "judge_mean": "judge score", "env_mean": "env reward"}
+
+
+def run_evaluation_data(*, run: Run) -> dict[str, Any]:
+    """The win-rate curve (one point per evaluated step, the latest evaluation of a step wins), the monitor
+    series from the step metrics, the alerts, and the checkpoints with their win rates (the best one marked)."""
+    by_step: dict[int, dict[str, Any]] = {}
+    for p in run.events.filter(kind="evaluation").order_by("seq").values_list("payload", flat=True):
+        m = p.get("metrics") or {}
+        by_step[p["step"]] = {"step": p["step"], "win_rate": m.get("eval_win_rate"), "ci_low": m.get("eval_ci_low"),
+                              "ci_high": m.get("eval_ci_high"), "comparisons": m.get("eval_comparisons"),
+                              "env_checkpoint": m.get("eval_env_checkpoint"), "env_base": m.get("eval_env_base")}
+    curve = [by_step[s] for s in sorted(by_step)]
+    monitors: dict[str, list[list[Any]]] = {}
+    for step in run.steps.order_by("index"):
+        for key in MONITOR_SERIES:
+            value = (step.metrics or {}).get(key)
+            if isinstance(value, (int, float)):
+                monitors.setdefault(key, []).append([step.index, value])
+    alerts = list(run.events.filter(kind="monitor_alert").order_by("seq").values_list("payload", flat=True))
+    checkpoints = []
+    for c in run.checkpoints.order_by("step_index"):
+        point = by_step.get(c.step_index) or {}
+        checkpoints.append({"checkpoint": c, "win_rate": point.get("win_rate"), "ci_low": point.get("ci_low"),
+                            "ci_high": point.get("ci_high"), "best": False})
+    rated = [row for row in checkpoints if row["win_rate"] is not None]
+    if rated:
+        max(rated, key=lambda row: (row["win_rate"], row["checkpoint"].step_index))["best"] = True
+    failures = list(run.events.filter(kind="evaluation_failed").order_by("seq").values_list("payload", flat=True))
+    return {"chart": {"curve": curve, "monitors": monitors, "labels": MONITOR_SERIES}, "alerts": alerts,
+            "checkpoints": checkpoints, "failures": failures}

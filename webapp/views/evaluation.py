@@ -1,0 +1,27 @@
+"""On-demand held-out evaluation of a checkpoint, from the run page's checkpoint table."""
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.views.decorators.http import require_POST
+
+from webapp import selectors
+from webapp.models import Checkpoint, Role
+from webapp.services.monitoring import run_evaluate
+
+
+@login_required
+@require_POST
+def checkpoint_evaluate(request: HttpRequest, checkpoint_id: int) -> HttpResponse:
+    checkpoint = selectors.in_project_get(user=request.user, model=Checkpoint, pk=checkpoint_id, role=Role.EDITOR,
+                                          path="run__project")
+    try:
+        run_evaluate(user=request.user, run=checkpoint.run, checkpoint=checkpoint)
+        messages.success(request, f"evaluating step {checkpoint.step_index} against the base model; the curve "
+                                  "gains the point when it is done (reload)")
+    except ValidationError as err:
+        messages.error(request, " ".join(err.messages))
+    return redirect("run-detail", run_id=checkpoint.run_id)

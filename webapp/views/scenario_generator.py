@@ -1,0 +1,61 @@
+"""The scenario generator page: describe the task, let the project's judge model draft scenarios, review and
+edit them, accept the ones to keep into the scenario set (webapp/services/scenario_drafts.py)."""
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+
+from webapp import selectors
+from webapp.models import JudgeConfig, Role, ScenarioSet
+from webapp.services.scenario_drafts import scenario_drafts_generate, scenario_set_accept_drafts
+
+MAX_ROWS = 50
+
+
+def _rows(post) -> list[dict]:
+    """The reviewed drafts as posted: row i has user_message-i, reference-i, difficulty-i, split-i, keep-i."""
+    rows = []
+    for i in range(MAX_ROWS):
+        if f"user_message-{i}" not in post:
+            break
+        if post.get(f"keep-{i}"):
+            rows.append({"user_message": post[f"user_message-{i}"].strip(),
+                         "reference": post.get(f"reference-{i}", "").strip() or None,
+                         "difficulty": post.get(f"difficulty-{i}", "medium"), "split": post.get(f"split-{i}")})
+    return rows
+
+
+@login_required
+def scenario_set_generate(request: HttpRequest, scenario_set_id: int) -> HttpResponse:
+    scenario_set = selectors.in_project_get(user=request.user, model=ScenarioSet, pk=scenario_set_id,
+                                            role=Role.EDITOR)
+    judges = JudgeConfig.objects.filter(project=scenario_set.project).order_by("name")
+    context = {"project": scenario_set.project, "scenario_set": scenario_set, "judges": judges, "errors": [],
+               "task": "", "n": 8, "judge_id": None, "drafts": None}
+    action = request.POST.get("action")
+    if request.method == "POST" and action == "draft":
+        context["task"] = request.POST.get("task", "")
+        try:
+            context["n"] = int(request.POST.get("n") or 8)
+            judge = judges.get(pk=int(request.POST.get("judge") or 0))
+            context["judge_id"] = judge.pk
+            result = scenario_drafts_generate(user=request.user, scenario_set=scenario_set, judge=judge,
+                                              task=context["task"], n=context["n"])
+            context["drafts"], context["duplicates"] = result.scenarios, result.duplicates_removed
+        except (ValueError, JudgeConfig.DoesNotExist):
+            context["errors"] = ["choose a judge and a number of scenarios"]
+        except ValidationError as err:
+            context["errors"] = [m for ms in err.message_dict.values() for m in ms]
+    elif request.method == "POST" and action == "accept":
+        try:
+            created = scenario_set_accept_drafts(user=request.user, scenario_set=scenario_set,
+                                                 drafts=_rows(request.POST), task=request.POST.get("task", ""))
+            messages.success(request, f"added {len(created)} generated scenarios")
+            return redirect("scenario-set-detail", scenario_set_id=scenario_set.id)
+        except ValidationError as err:
+            context["errors"] = [m for ms in err.message_dict.values() for m in ms]
+    status = 400 if context["errors"] else 200
+    return render(request, "webapp/scenario_generate.html", context, status=status)
