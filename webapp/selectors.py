@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from django.db.models import Count, Model, Prefetch, Q, QuerySet
+from django.db.models import BooleanField, Count, ExpressionWrapper, Model, Prefetch, Q, QuerySet
 from django.http import Http404
 
 from webapp.models import (
@@ -78,7 +78,16 @@ def run_visible(*, user, run_id: int) -> bool:
 
 
 def runs_for_project(*, project: Project) -> QuerySet[Run]:
-    return project.runs.select_related("agent", "scenario_set").order_by("-created_at", "-id")
+    """For lists: a run's config JSON (every option, prompts, scenarios' settings) stays in the database;
+    `judged` says whether the run scores with a judge, the one thing lists show from it."""
+    judged = Q(config__judge__isnull=False) & ~Q(config__judge=None)
+    return (project.runs.select_related("agent", "scenario_set").defer("config", "agent__environment_options")
+            .annotate(judged=ExpressionWrapper(judged, output_field=BooleanField()))
+            .order_by("-created_at", "-id"))
+
+
+def run_project_id(*, run_id: int) -> int | None:
+    return Run.objects.filter(pk=run_id).values_list("project_id", flat=True).first()
 
 
 def run_events_after(*, run_id: int, after: int, limit: int = 5000) -> list[dict[str, Any]]:

@@ -14,8 +14,10 @@ def run_execute_task(run_id: int) -> str:
 
 @app.task(name="webapp.tasks.reap_stale_runs_task", ignore_result=True)
 def reap_stale_runs_task() -> list[int]:
+    from webapp.services.playground import rescores_reap_stale
     from webapp.services.runs import runs_reap_stale
 
+    rescores_reap_stale()
     return runs_reap_stale()
 
 

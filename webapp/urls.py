@@ -11,6 +11,8 @@ urlpatterns = [
     path("", projects.project_list, name="project-list"),
     path("projects/<int:project_id>/", projects.project_detail, name="project-detail"),
     path("projects/<int:project_id>/members/", projects.project_member_add, name="project-member-add"),
+    path("projects/<int:project_id>/members/<int:user_id>/remove/", projects.project_member_remove,
+         name="project-member-remove"),
     path("projects/<int:project_id>/agents/new/", catalogue.agent_create, name="agent-create"),
     path("agents/<int:agent_id>/", catalogue.agent_edit, name="agent-edit"),
     path("projects/<int:project_id>/scenario-sets/new/", catalogue.scenario_set_create, name="scenario-set-create"),

@@ -114,6 +114,7 @@ def embedded_startup() -> None:
 
         from webapp.models import Run, RunStatus
         from webapp.models.runs import ACTIVE_STATUSES
+        from webapp.services.playground import rescores_reap_stale
         from webapp.services.runs import run_mark_crashed, runs_reap_stale
 
         try:
@@ -128,6 +129,7 @@ def embedded_startup() -> None:
             threading.Event().wait(settings.STUDIO_STALE_AFTER_S / 2)
             try:
                 runs_reap_stale()
+                rescores_reap_stale()
             except Exception:
                 log.exception("reaping stale runs failed")
             finally:

@@ -87,8 +87,11 @@ def _set_phase(run: Run, phase: str, **fields: Any) -> None:
 def _on_run_started(run: Run, e: dict[str, Any]) -> dict[str, Any]:
     start = int(e.get("start_step", 1))  # steps are 1-based: a fresh run starts at 1
     verb = "resumed at step" if e.get("resumed") else "started at step"
+    # A resume redoes the steps after the last checkpoint, and their new rewards are not handed over yet:
+    # overrides on them train again, so they must not be labelled as labels only.
+    reviewed = min(run.reviewed_through_step, max(0, start - 1))
     _set_phase(run, f"{verb} {start}", total_steps=int(e.get("total_steps", run.total_steps)),
-               steps_done=max(0, start - 1))
+               steps_done=max(0, start - 1), reviewed_through_step=reviewed)
     return {"start_step": start, "total_steps": run.total_steps, "resumed": bool(e.get("resumed"))}
 
 

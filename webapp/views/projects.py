@@ -3,6 +3,7 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
@@ -10,7 +11,7 @@ from django.views.decorators.http import require_POST
 from webapp import selectors
 from webapp.forms import MemberForm, ProjectForm
 from webapp.models import Role
-from webapp.services.projects import membership_set, project_create
+from webapp.services.projects import membership_remove, membership_set, project_create
 from webapp.views.common import handle_form
 
 
@@ -52,4 +53,20 @@ def project_member_add(request: HttpRequest, project_id: int) -> HttpResponse:
             messages.success(request, f"{user.username} is now a {form.cleaned_data['role']}")
     else:
         messages.error(request, "give a username and a role")
+    return redirect("project-detail", project_id=project.id)
+
+
+@login_required
+@require_POST
+def project_member_remove(request: HttpRequest, project_id: int, user_id: int) -> HttpResponse:
+    project = selectors.project_get(user=request.user, project_id=project_id, role=Role.EDITOR)
+    user = get_user_model().objects.filter(pk=user_id).first()
+    if user is None:
+        messages.error(request, "no such user")
+        return redirect("project-detail", project_id=project.id)
+    try:
+        membership_remove(project=project, user=user, acting_user=request.user)
+        messages.success(request, f"{user.username} is no longer a member")
+    except ValidationError as err:
+        messages.error(request, " ".join(err.messages))
     return redirect("project-detail", project_id=project.id)

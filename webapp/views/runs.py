@@ -1,21 +1,21 @@
 """Run pages: launch, list, the live detail page and its fragments, controls, trajectories, checkpoints."""
 from __future__ import annotations
 
-import io
-import zipfile
 from pathlib import Path
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
-from django.http import FileResponse, Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
+from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_POST
 
 from webapp import selectors
 from webapp.forms import LaunchForm
 from webapp.models import Role
 from webapp.services import runs as run_services
+from webapp.services.checkpoints import checkpoint_zip_chunks
 from webapp.views.common import handle_form
 
 GROUPS_PER_PAGE = 20
@@ -129,11 +129,7 @@ def checkpoint_download(request: HttpRequest, checkpoint_id: int) -> HttpRespons
     root = Path(checkpoint.path)
     if not root.is_dir():
         raise Http404("the checkpoint's files are not on this machine")
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        for file in sorted(root.rglob("*")):
-            if file.is_file() and not file.is_symlink():
-                archive.write(file, file.relative_to(root))
-    buffer.seek(0)
     name = f"{checkpoint.run.config.get('name', 'run')}-step{checkpoint.step_index:04d}.zip"
-    return FileResponse(buffer, as_attachment=True, filename=name, content_type="application/zip")
+    response = StreamingHttpResponse(checkpoint_zip_chunks(root=root), content_type="application/zip")
+    response["Content-Disposition"] = content_disposition_header(as_attachment=True, filename=name)
+    return response
