@@ -114,13 +114,13 @@ def run_group_count(*, run: Run) -> int:
     return run.groups.count()
 
 
-def group_get(*, user, group_id: int) -> TrajectoryGroup:
-    group = in_project_get(user=user, model=TrajectoryGroup, pk=group_id, path="run__project")
+def group_get(*, user, group_id: int, role: str = Role.VIEWER) -> TrajectoryGroup:
+    group = in_project_get(user=user, model=TrajectoryGroup, pk=group_id, path="run__project", role=role)
     return group
 
 
-def trajectory_get(*, user, trajectory_id: int) -> Trajectory:
-    return in_project_get(user=user, model=Trajectory, pk=trajectory_id, path="group__run__project")
+def trajectory_get(*, user, trajectory_id: int, role: str = Role.VIEWER) -> Trajectory:
+    return in_project_get(user=user, model=Trajectory, pk=trajectory_id, path="group__run__project", role=role)
 
 
 def checkpoint_get(*, user, checkpoint_id: int) -> Checkpoint:

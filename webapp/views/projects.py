@@ -6,7 +6,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_POST, require_safe
 
 from webapp import selectors
 from webapp.forms import MemberForm, ProjectForm
@@ -28,6 +28,7 @@ def project_list(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
+@require_safe
 def project_detail(request: HttpRequest, project_id: int) -> HttpResponse:
     project = selectors.project_get(user=request.user, project_id=project_id)
     role = selectors.project_role(user=request.user, project=project)

@@ -9,7 +9,7 @@ from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.utils.http import content_disposition_header
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_POST, require_safe
 
 from webapp import selectors
 from webapp.forms import LaunchForm
@@ -22,6 +22,7 @@ GROUPS_PER_PAGE = 20
 
 
 @login_required
+@require_safe
 def run_list(request: HttpRequest, project_id: int) -> HttpResponse:
     project = selectors.project_get(user=request.user, project_id=project_id)
     template = "webapp/partials/run_rows.html" if getattr(request, "htmx", False) else "webapp/run_list.html"
@@ -54,6 +55,7 @@ def _run_context(request: HttpRequest, run) -> dict:
 
 
 @login_required
+@require_safe
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     run = selectors.run_get(user=request.user, run_id=run_id)
     groups = list(selectors.run_groups(run=run, limit=GROUPS_PER_PAGE))
@@ -66,18 +68,21 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
 
 
 @login_required
+@require_safe
 def run_header(request: HttpRequest, run_id: int) -> HttpResponse:
     run = selectors.run_get(user=request.user, run_id=run_id)
     return render(request, "webapp/partials/run_header.html", _run_context(request, run))
 
 
 @login_required
+@require_safe
 def run_steps(request: HttpRequest, run_id: int) -> HttpResponse:
     run = selectors.run_get(user=request.user, run_id=run_id)
     return render(request, "webapp/partials/step_table.html", {"run": run, "steps": selectors.run_steps(run=run)})
 
 
 @login_required
+@require_safe
 def run_checkpoints(request: HttpRequest, run_id: int) -> HttpResponse:
     run = selectors.run_get(user=request.user, run_id=run_id)
     return render(request, "webapp/partials/checkpoints.html",
@@ -85,6 +90,7 @@ def run_checkpoints(request: HttpRequest, run_id: int) -> HttpResponse:
 
 
 @login_required
+@require_safe
 def run_groups(request: HttpRequest, run_id: int) -> HttpResponse:
     """More groups, for the page's "older groups" button (newest first, bounded)."""
     run = selectors.run_get(user=request.user, run_id=run_id)
@@ -115,6 +121,7 @@ def run_control(request: HttpRequest, run_id: int, action: str) -> HttpResponse:
 
 
 @login_required
+@require_safe
 def trajectory_detail(request: HttpRequest, trajectory_id: int) -> HttpResponse:
     trajectory = selectors.trajectory_get(user=request.user, trajectory_id=trajectory_id)
     run = trajectory.group.run
@@ -124,6 +131,7 @@ def trajectory_detail(request: HttpRequest, trajectory_id: int) -> HttpResponse:
 
 
 @login_required
+@require_safe
 def checkpoint_download(request: HttpRequest, checkpoint_id: int) -> HttpResponse:
     checkpoint = selectors.checkpoint_get(user=request.user, checkpoint_id=checkpoint_id)
     root = Path(checkpoint.path)
