@@ -146,3 +146,18 @@ def test_overrides_on_a_step_redone_after_a_resume_still_train():
     step_one = run.groups.get(step_index=1).trajectories.order_by("index").first()
     assert trajectory_override(user=owner, trajectory=step_one, score=0.0, reason="x").applies_to_training is False
     assert Run.objects.get(pk=run.pk).reviewed_through_step == 2
+
+
+def test_a_checkpoint_saved_just_before_the_worker_died_is_recorded_when_the_engine_resumes_after_it():
+    run = run_factory(status=RunStatus.RUNNING, steps=3)
+    run_event_ingest(run_id=run.id, event={"kind": "run_started", "start_step": 1, "total_steps": 3})
+    _group(run, step=1, scores=[0.9, 0.2])
+    run_event_ingest(run_id=run.id, event={"kind": "checkpoint_saved", "step": 1, "path": "/c/1", "adapter_name": "r@1"})
+    run_event_ingest(run_id=run.id, event={"kind": "step_finished", "step": 1, "metrics": {"reward_mean": 0.5}})
+    _group(run, step=2, scores=[0.4, 0.6])  # then the worker died with step 2's last events still in the pipe
+    run_event_ingest(run_id=run.id, event={"kind": "run_started", "start_step": 3, "total_steps": 3,
+                                           "resumed": True, "checkpoint_path": "/c/2", "adapter_name": "r@2"})
+    assert list(run.checkpoints.order_by("step_index").values_list("step_index", "path")) == [(1, "/c/1"), (2, "/c/2")]
+    assert [(s.index, s.metrics) for s in run.steps.order_by("index")] == [
+        (1, {"reward_mean": 0.5}), (2, {"lost_with_worker": True})]
+    assert run.groups.filter(step_index=2).count() == 1
