@@ -3,10 +3,11 @@ from __future__ import annotations
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from webapp.ratelimit import LoginView
 from webapp.views import catalogue, projects, review, runs
 
 urlpatterns = [
-    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("login/", LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", projects.project_list, name="project-list"),
     path("projects/<int:project_id>/", projects.project_detail, name="project-detail"),

@@ -232,3 +232,60 @@ def test_killing_the_web_process_while_overrides_are_saved_leaves_every_override
                         "groups after": run.groups.count(), "calls before": "-", "calls after": "-",
                         "duplicates": run.groups.count() - 1})
     assert saved >= 30
+
+
+def _descendants(pid: int) -> dict[int, str]:
+    """pid -> command line of every process below `pid` (from /proc; Linux)."""
+    parents: dict[int, int] = {}
+    commands: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            commands[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = {}, [pid]
+    while frontier:
+        parent = frontier.pop()
+        for child, ppid in parents.items():
+            if ppid == parent and child not in found:
+                found[child] = commands.get(child, "")
+                frontier.append(child)
+    return found
+
+
+def test_kill_9_of_the_inference_server_during_rollouts_ends_the_run_clearly_and_resume_finishes(
+        start_celery_worker, tiny_run, fault_table, settings):
+    """The tiny real model on the local inference server: the server dies while step 1 rolls out."""
+    settings.STUDIO_EXECUTOR = "celery"
+    worker = start_celery_worker()
+    run = tiny_run(steps=2)
+    wait_for(lambda: run.events.filter(kind="group_rolled_out").exists(), timeout=240, interval=0.05,
+             message="the first rollouts")
+    servers = [pid for pid, cmd in _descendants(worker.pid).items() if "training.servers.local" in cmd]
+    assert len(servers) == 1, _descendants(worker.pid)
+    before = _snapshot(run)
+    os.kill(servers[0], signal.SIGKILL)
+    state = _settle(run, timeout=240)
+    run.refresh_from_db()
+    reason = run.error
+    if state != RunStatus.COMPLETED:
+        assert state in (RunStatus.FAILED, RunStatus.CRASHED) and reason.strip()
+        run_services.run_resume(user=run.project.owner, run=run)
+        wait_for(lambda: _status(run) in (RunStatus.COMPLETED, RunStatus.FAILED), timeout=300, interval=0.5,
+                 message="the resumed run to finish")
+    run.refresh_from_db()
+    after = _snapshot(run)
+    sizes = {(g.step_index, g.index): (g.trajectories.count(), g.errors, g.scoring_error) for g in run.groups.all()}
+    duplicates = sum(max(0, n - 4) for n, _, _ in sizes.values())
+    fault_table.append({"fault": "inference server kill -9", "moment": "rollouts", "after fault": state,
+                        "final": run.status, "steps": run.steps_done, "groups before": len(before["groups"]),
+                        "groups after": len(after["groups"]), "calls before": len(before["calls"]),
+                        "calls after": len(after["calls"]), "duplicates": duplicates})
+    assert run.status == RunStatus.COMPLETED and run.steps_done == 2, run.error
+    assert sorted(after["steps"]) == [1, 2] and len(after["groups"]) == 4 and duplicates == 0
+    assert all(n == 4 for n, _, _ in sizes.values()), sizes  # every trajectory recorded, failed ones included
+    print(f"inference server kill: the run was {state}: {reason[:300]!r}")
