@@ -2,6 +2,7 @@
 user's projects, so a non-member gets 404; writes go through the same services as the pages."""
 from __future__ import annotations
 
+from django.conf import settings
 from django.db.models import Prefetch
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
@@ -105,7 +106,7 @@ class ScenarioSetViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixin
         body.is_valid(raise_exception=True)
         upload = body.validated_data["file"]
         catalogue_services.scenario_set_import(user=request.user, scenario_set=scenario_set,
-                                               file_name=upload.name, data=upload.read())
+                                               file_name=upload.name, data=upload.read(settings.STUDIO_MAX_UPLOAD_BYTES + 1))
         return Response(s.ScenarioSetSerializer(scenario_set).data, status=status.HTTP_201_CREATED)
 
 
