@@ -99,6 +99,12 @@ def run_steps(*, run: Run) -> QuerySet[Step]:
     return run.steps.order_by("index")
 
 
+def run_recent_steps(*, run: Run, limit: int) -> list[Step]:
+    """The newest `limit` steps, oldest first: the page's table stays bounded on a run of thousands of steps
+    (the chart and the API have them all)."""
+    return list(reversed(run.steps.order_by("-index")[:limit]))
+
+
 def run_groups(*, run: Run, limit: int | None = 20, offset: int = 0, step: int | None = None
                ) -> QuerySet[TrajectoryGroup]:
     """Newest step first; each group with its trajectories ranked. Bounded: a page never loads a whole run."""
@@ -130,9 +136,9 @@ def checkpoint_get(*, user, checkpoint_id: int) -> Checkpoint:
 def run_chart_data(*, run: Run) -> dict[str, Any]:
     """The reward curves so far, in the same shape the live stream appends to (see static/webapp/run.js)."""
     points = []
-    for step in run_steps(run=run):
-        m = step.metrics or {}
-        points.append({"step": step.index, "reward_mean": m.get("reward_mean"), "reward_std": m.get("reward_std"),
+    for index, m in run_steps(run=run).values_list("index", "metrics"):
+        m = m or {}
+        points.append({"step": index, "reward_mean": m.get("reward_mean"), "reward_std": m.get("reward_std"),
                        "judge_mean": m.get("judge_mean"), "env_mean": m.get("env_mean")})
     criteria: dict[str, list[dict[str, Any]]] = {}
     for event in run.events.filter(kind="step_finished").order_by("seq").values_list("payload", flat=True):

@@ -24,7 +24,7 @@ from webapp.services.playground import rescores_reap_stale
 from webapp.services.projects import membership_remove
 from webapp.services.review import run_review_rewards, trajectory_override
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db(transaction=True)  # the stream and worker tests need commits
 
 
 async def test_removing_a_member_closes_their_open_live_stream_and_keeps_the_others():
@@ -161,3 +161,19 @@ def test_a_checkpoint_saved_just_before_the_worker_died_is_recorded_when_the_eng
     assert [(s.index, s.metrics) for s in run.steps.order_by("index")] == [
         (1, {"reward_mean": 0.5}), (2, {"lost_with_worker": True})]
     assert run.groups.filter(step_index=2).count() == 1
+
+
+def test_the_run_page_of_a_long_run_renders_only_its_newest_steps_and_says_so(client):
+    from webapp.models import Step
+    from webapp.views.runs import STEP_ROWS
+
+    run = run_factory(status=RunStatus.RUNNING, steps=STEP_ROWS + 30)
+    Step.objects.bulk_create(Step(run=run, index=i, metrics={"reward_mean": i / 1000}) for i in range(1, STEP_ROWS + 31))
+    client.force_login(run.project.owner)
+    html = client.get(reverse("run-detail", args=[run.id])).content.decode()
+    assert f"The newest {STEP_ROWS} of {STEP_ROWS + 30} steps" in html
+    assert 'id="step-31"' in html and 'id="step-30"' not in html  # the oldest 30 are left to the chart and API
+    assert html.index('id="step-31"') < html.index(f'id="step-{STEP_ROWS + 30}"')  # oldest first, as before
+    from webapp import selectors
+
+    assert len(selectors.run_chart_data(run=run)["points"]) == STEP_ROWS + 30

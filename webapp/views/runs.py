@@ -19,6 +19,7 @@ from webapp.services.checkpoints import checkpoint_zip_chunks
 from webapp.views.common import handle_form
 
 GROUPS_PER_PAGE = 20
+STEP_ROWS = 100  # the step table's newest rows; rendering thousands would cost the page seconds
 
 
 @login_required
@@ -60,7 +61,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     run = selectors.run_get(user=request.user, run_id=run_id)
     groups = list(selectors.run_groups(run=run, limit=GROUPS_PER_PAGE))
     return render(request, "webapp/run_detail.html", {
-        **_run_context(request, run), "steps": selectors.run_steps(run=run), "groups": groups,
+        **_run_context(request, run), **_steps(run), "groups": groups,
         "more_groups": selectors.run_group_count(run=run) > len(groups), "next_offset": len(groups),
         "checkpoints": run.checkpoints.order_by("step_index"), "chart": selectors.run_chart_data(run=run),
         "last_seq": run.last_event_seq,
@@ -78,7 +79,11 @@ def run_header(request: HttpRequest, run_id: int) -> HttpResponse:
 @require_safe
 def run_steps(request: HttpRequest, run_id: int) -> HttpResponse:
     run = selectors.run_get(user=request.user, run_id=run_id)
-    return render(request, "webapp/partials/step_table.html", {"run": run, "steps": selectors.run_steps(run=run)})
+    return render(request, "webapp/partials/step_table.html", {"run": run, **_steps(run)})
+
+
+def _steps(run) -> dict:
+    return {"steps": selectors.run_recent_steps(run=run, limit=STEP_ROWS), "steps_total": run.steps.count()}
 
 
 @login_required
