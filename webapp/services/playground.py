@@ -138,9 +138,12 @@ def _heartbeat(rescore_id: int) -> Iterator[None]:
     def beat() -> None:
         try:
             while not stop.wait(settings.STUDIO_HEARTBEAT_S):
-                Rescore.objects.filter(pk=rescore_id, status=Rescore.Status.RUNNING).update(heartbeat_at=timezone.now())
-        except Exception:  # the database went away: the beats stop, and the reaper will say so
-            log.exception("re-score %s: heartbeat failed", rescore_id)
+                try:
+                    Rescore.objects.filter(pk=rescore_id, status=Rescore.Status.RUNNING).update(
+                        heartbeat_at=timezone.now())
+                except Exception:  # a locked SQLite file or a database blip: beat again next time
+                    log.warning("re-score %s: heartbeat not recorded", rescore_id, exc_info=True)
+                    connection.close()
         finally:
             connection.close()
 
