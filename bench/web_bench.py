@@ -1,5 +1,6 @@
-"""Web app benchmark: engine event → websocket client latency through Redis, and server time of the run page
-and of the groups API with 10,000 stored trajectories.
+"""Web app benchmark: engine event → websocket client latency through Redis (one client, then --clients on the
+same run), concurrent API users (--api-users against one), and server time of the run page and of the groups
+API with --trajectories stored trajectories (`make bench` uses 100,000), each as a ratio against its unloaded case.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/rubric_studio_bench REDIS_URL=redis://127.0.0.1:6379/12 \
         python bench/web_bench.py            # both default to these; the database is recreated
@@ -110,36 +111,80 @@ def bench_pages(trajectories: int, repeat: int) -> None:
         print(f"{name:<24} p50 {p50 * 1000:7.1f} ms  p95 {p95 * 1000:7.1f} ms  ({p50 / base:5.1f}x baseline)")
 
 
-async def _receive(run_id: int, user, count: int) -> list[float]:
+async def _receive(run_id: int, user, count: int, clients: int = 1) -> list[float]:
+    """Every client's latency for every event (clients × count values)."""
     from channels.testing import WebsocketCommunicator
 
     from webapp.asgi import application
 
-    client = WebsocketCommunicator(application, f"/ws/runs/{run_id}/?after=999999999",
-                                   headers=[(b"host", b"localhost"), (b"origin", b"http://localhost")])
-    client.scope["user"] = user
-    assert (await client.connect())[0]
+    sockets = []
+    for _ in range(clients):
+        client = WebsocketCommunicator(application, f"/ws/runs/{run_id}/?after=999999999",
+                                       headers=[(b"host", b"localhost"), (b"origin", b"http://localhost")])
+        client.scope["user"] = user
+        assert (await client.connect())[0]
+        sockets.append(client)
     publisher = subprocess.Popen([sys.executable, __file__, "--publish", str(run_id), str(count)], cwd=ROOT)
-    latencies = []
-    while len(latencies) < count:
-        message = await client.receive_json_from(timeout=60)
-        if message["kind"] == "step_finished":
-            latencies.append(time.time() - message["data"]["metrics"]["sent_at"])
+
+    async def collect(client) -> list[float]:
+        latencies = []
+        while len(latencies) < count:
+            message = await client.receive_json_from(timeout=60)
+            if message["kind"] == "step_finished":
+                latencies.append(time.time() - message["data"]["metrics"]["sent_at"])
+        return latencies
+
+    results = await asyncio.gather(*(collect(c) for c in sockets))
     publisher.wait()
-    await client.disconnect()
-    return latencies
+    for client in sockets:
+        await client.disconnect()
+    return [value for values in results for value in values]
 
 
-def bench_latency(count: int) -> None:
+def bench_latency(count: int, clients: int) -> None:
     from tests.webapp.factories import run_factory
     from webapp.models import Run
 
-    run = run_factory(status="running", steps=count + 10)
-    Run.objects.filter(pk=run.pk).update(last_event_seq=999999999)  # the client only wants live events
-    user = run.project.owner
-    latencies = asyncio.run(_receive(run.id, user, count))
-    print(f"event → websocket via Redis ({count} events, separate publisher process): "
-          f"p50 {statistics.median(latencies) * 1000:.1f} ms  p95 {_pct(latencies, 0.95) * 1000:.1f} ms")
+    p95 = {}
+    for n in (1, clients):
+        run = run_factory(status="running", steps=count + 10)
+        Run.objects.filter(pk=run.pk).update(last_event_seq=999999999)  # the clients only want live events
+        latencies = asyncio.run(_receive(run.id, run.project.owner, count, clients=n))
+        p95[n] = _pct(latencies, 0.95)
+        print(f"event → websocket via Redis, {n:>3} client(s) on one run ({count} events, separate publisher "
+              f"process): p50 {statistics.median(latencies) * 1000:.1f} ms  p95 {p95[n] * 1000:.1f} ms"
+              + (f"  ({p95[n] / p95[1]:.1f}x one client)" if n != 1 else ""))
+
+
+def bench_api_users(users: int, requests: int) -> None:
+    """`users` threads, each its own logged-in member, calling the run list and a groups page at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from django.db import connections
+    from django.test import Client
+
+    from tests.webapp.factories import member_factory, run_factory
+
+    run = run_factory(status="running")
+    members = [member_factory(project=run.project) for _ in range(users)]
+
+    def one_user(user) -> list[float]:
+        client = Client()
+        client.force_login(user)
+        try:
+            times = []
+            for i in range(requests):
+                times += _time(client, f"/api/runs/{run.id}/" if i % 2 else "/api/runs/", 1)
+            return times
+        finally:
+            connections.close_all()
+
+    alone = one_user(members[0])
+    with ThreadPoolExecutor(max_workers=users) as pool:
+        together = [t for values in pool.map(one_user, members) for t in values]
+    base = _pct(alone, 0.95)
+    print(f"API, 1 user: p95 {base * 1000:.1f} ms; {users} concurrent users: p95 {_pct(together, 0.95) * 1000:.1f} ms "
+          f"({_pct(together, 0.95) / base:.1f}x one user; one process, so the GIL serialises them)")
 
 
 def publish(run_id: int, count: int) -> None:
@@ -157,6 +202,8 @@ def main() -> None:
     parser.add_argument("--trajectories", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--events", type=int, default=200)
+    parser.add_argument("--clients", type=int, default=50, help="websocket clients on one run (vs one)")
+    parser.add_argument("--api-users", type=int, default=20, help="concurrent API users (vs one)")
     parser.add_argument("--publish", nargs=2, type=int, metavar=("RUN_ID", "COUNT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.publish:
@@ -167,7 +214,8 @@ def main() -> None:
         return
     _ensure_database()
     _setup()
-    bench_latency(args.events)
+    bench_latency(args.events, args.clients)
+    bench_api_users(args.api_users, 10)
     bench_pages(args.trajectories, args.repeat)
 
 

@@ -26,6 +26,10 @@ class RunStarted(Event):
     start_step: int
     total_steps: int
     resumed: bool
+    # The checkpoint resumed from (path, adapter name): a worker killed between saving it and reporting it
+    # never recorded it, and the web app records it from here.
+    checkpoint_path: str = ""
+    adapter_name: str = ""
 
 
 @dataclass

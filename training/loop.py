@@ -166,7 +166,9 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
     if config.init_checkpoint and not (Path(config.init_checkpoint) / "adapter_model.safetensors").exists():
         raise TrainingError(f"init_checkpoint {config.init_checkpoint} holds no adapter (adapter_model.safetensors)")
     (out / "config.json").write_text(config.model_dump_json(indent=2))
-    sink(RunStarted(run_name=config.name, start_step=start, total_steps=config.steps, resumed=checkpoint is not None))
+    sink(RunStarted(run_name=config.name, start_step=start, total_steps=config.steps, resumed=checkpoint is not None,
+                    checkpoint_path=str(checkpoint.path) if checkpoint else "",
+                    adapter_name=checkpoint.adapter_name if checkpoint else ""))
 
     history: list[dict[str, Any]] = []
     step = start

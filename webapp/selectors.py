@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from django.db.models import Count, Model, Prefetch, Q, QuerySet
+from django.db.models import BooleanField, Count, ExpressionWrapper, Model, Prefetch, Q, QuerySet
 from django.http import Http404
 
 from webapp.models import (
@@ -78,7 +78,16 @@ def run_visible(*, user, run_id: int) -> bool:
 
 
 def runs_for_project(*, project: Project) -> QuerySet[Run]:
-    return project.runs.select_related("agent", "scenario_set").order_by("-created_at", "-id")
+    """For lists: a run's config JSON (every option, prompts, scenarios' settings) stays in the database;
+    `judged` says whether the run scores with a judge, the one thing lists show from it."""
+    judged = Q(config__judge__isnull=False) & ~Q(config__judge=None)
+    return (project.runs.select_related("agent", "scenario_set").defer("config", "agent__environment_options")
+            .annotate(judged=ExpressionWrapper(judged, output_field=BooleanField()))
+            .order_by("-created_at", "-id"))
+
+
+def run_project_id(*, run_id: int) -> int | None:
+    return Run.objects.filter(pk=run_id).values_list("project_id", flat=True).first()
 
 
 def run_events_after(*, run_id: int, after: int, limit: int = 5000) -> list[dict[str, Any]]:
@@ -88,6 +97,12 @@ def run_events_after(*, run_id: int, after: int, limit: int = 5000) -> list[dict
 
 def run_steps(*, run: Run) -> QuerySet[Step]:
     return run.steps.order_by("index")
+
+
+def run_recent_steps(*, run: Run, limit: int) -> list[Step]:
+    """The newest `limit` steps, oldest first: the page's table stays bounded on a run of thousands of steps
+    (the chart and the API have them all)."""
+    return list(reversed(run.steps.order_by("-index")[:limit]))
 
 
 def run_groups(*, run: Run, limit: int | None = 20, offset: int = 0, step: int | None = None,
@@ -133,13 +148,13 @@ def _matching_trajectories(*, run: Run, q: str = "", step: int | None = None, la
     return qs
 
 
-def group_get(*, user, group_id: int) -> TrajectoryGroup:
-    group = in_project_get(user=user, model=TrajectoryGroup, pk=group_id, path="run__project")
+def group_get(*, user, group_id: int, role: str = Role.VIEWER) -> TrajectoryGroup:
+    group = in_project_get(user=user, model=TrajectoryGroup, pk=group_id, path="run__project", role=role)
     return group
 
 
-def trajectory_get(*, user, trajectory_id: int) -> Trajectory:
-    return in_project_get(user=user, model=Trajectory, pk=trajectory_id, path="group__run__project")
+def trajectory_get(*, user, trajectory_id: int, role: str = Role.VIEWER) -> Trajectory:
+    return in_project_get(user=user, model=Trajectory, pk=trajectory_id, path="group__run__project", role=role)
 
 
 def checkpoint_get(*, user, checkpoint_id: int) -> Checkpoint:
@@ -149,9 +164,9 @@ def checkpoint_get(*, user, checkpoint_id: int) -> Checkpoint:
 def run_chart_data(*, run: Run) -> dict[str, Any]:
     """The reward curves so far, in the same shape the live stream appends to (see static/webapp/run.js)."""
     points = []
-    for step in run_steps(run=run):
-        m = step.metrics or {}
-        points.append({"step": step.index, "reward_mean": m.get("reward_mean"), "reward_std": m.get("reward_std"),
+    for index, m in run_steps(run=run).values_list("index", "metrics"):
+        m = m or {}
+        points.append({"step": index, "reward_mean": m.get("reward_mean"), "reward_std": m.get("reward_std"),
                        "judge_mean": m.get("judge_mean"), "env_mean": m.get("env_mean")})
     criteria: dict[str, list[dict[str, Any]]] = {}
     for event in run.events.filter(kind="step_finished").order_by("seq").values_list("payload", flat=True):

@@ -84,6 +84,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "webapp.middleware.PageMethodsMiddleware",
+    "webapp.middleware.SecurityHeadersMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -209,7 +211,19 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "webapp.api.errors.exception_handler",
+    "DEFAULT_THROTTLE_CLASSES": ["webapp.ratelimit.ApiUserThrottle", "webapp.ratelimit.ApiAnonThrottle"],
 }
+# Rate limits (requests per minute): API calls per user and per anonymous address; failed logins per
+# (address, username) and per address, counted over STUDIO_LOGIN_WINDOW_S. Counters live in the cache below.
+STUDIO_API_PER_MINUTE = env_int("STUDIO_API_PER_MINUTE", 600, minimum=1)
+STUDIO_API_ANON_PER_MINUTE = env_int("STUDIO_API_ANON_PER_MINUTE", 60, minimum=1)
+STUDIO_LOGIN_FAILURES = env_int("STUDIO_LOGIN_FAILURES", 5, minimum=1)
+STUDIO_LOGIN_FAILURES_PER_ADDRESS = env_int("STUDIO_LOGIN_FAILURES_PER_ADDRESS", 30, minimum=1)
+STUDIO_LOGIN_WINDOW_S = env_int("STUDIO_LOGIN_WINDOW_S", 300, minimum=1)
+# Shared by every process with Redis (so limits hold across web processes), per process without it.
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
+                      "KEY_PREFIX": env_str("STUDIO_CHANNEL_PREFIX", "studio")}} if REDIS_URL else {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 SPECTACULAR_SETTINGS = {
     "TITLE": "Rubric Studio API",
     "DESCRIPTION": "Projects, agents, scenarios, rubrics, judges and RL runs. Token auth: `Authorization: Token <key>`.",

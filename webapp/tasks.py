@@ -6,7 +6,7 @@ from webapp.celery_app import app
 from webapp.execution.evaluation import checkpoint_evaluate_execute
 from webapp.execution.executors import worker_name
 from webapp.execution.runner import run_execute
-from webapp.services.playground import playground_execute
+from webapp.services.playground import playground_execute, rescores_reap_stale
 from webapp.services.runs import runs_reap_stale
 
 
@@ -17,6 +17,7 @@ def run_execute_task(run_id: int) -> str:
 
 @app.task(name="webapp.tasks.reap_stale_runs_task", ignore_result=True)
 def reap_stale_runs_task() -> list[int]:
+    rescores_reap_stale()
     return runs_reap_stale()
 
 

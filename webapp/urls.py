@@ -3,15 +3,18 @@ from __future__ import annotations
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from webapp.ratelimit import LoginView
 from webapp.views import catalogue, evaluation, judge_check, projects, review, runs, scenario_generator
 
 urlpatterns = [
-    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("login/", LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("invite/<uidb64>/<token>/", projects.InviteAcceptView.as_view(), name="invite-accept"),
     path("", projects.project_list, name="project-list"),
     path("projects/<int:project_id>/", projects.project_detail, name="project-detail"),
     path("projects/<int:project_id>/members/", projects.project_member_add, name="project-member-add"),
+    path("projects/<int:project_id>/members/<int:user_id>/remove/", projects.project_member_remove,
+         name="project-member-remove"),
     path("projects/<int:project_id>/agents/new/", catalogue.agent_create, name="agent-create"),
     path("agents/<int:agent_id>/", catalogue.agent_edit, name="agent-edit"),
     path("projects/<int:project_id>/scenario-sets/new/", catalogue.scenario_set_create, name="scenario-set-create"),

@@ -156,3 +156,35 @@ def _double_key_allowed(request, settings, monkeypatch):
         policy = {"JUDGE_DOUBLE_API_KEY": [request.getfixturevalue("judge_double").api_base]}
         monkeypatch.setenv("STUDIO_JUDGE_KEY_ENDPOINTS", json.dumps(policy))
         settings.STUDIO_JUDGE_KEY_ENDPOINTS = parse_key_policy(json.dumps(policy))
+
+
+_MATRIX_CASES: list[tuple[str, str, str]] = []
+
+
+@pytest.fixture
+def matrix_cases() -> list[tuple[str, str, str]]:
+    """The authorisation matrix's (URL, role, method) cases, counted in the run's summary."""
+    return _MATRIX_CASES
+
+
+_FAULT_TABLE: list[dict] = []
+
+
+@pytest.fixture
+def fault_table() -> list[dict]:
+    """Rows of the fault-injection table (tests/webapp/test_faults.py), printed in the run's summary."""
+    return _FAULT_TABLE
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if _FAULT_TABLE:
+        columns = list(_FAULT_TABLE[0])
+        widths = [max(len(c), *(len(str(row[c])) for row in _FAULT_TABLE)) for c in columns]
+        terminalreporter.write_sep("-", "fault injection: fault x moment -> state")
+        terminalreporter.write_line(" | ".join(c.ljust(w) for c, w in zip(columns, widths)))
+        for row in _FAULT_TABLE:
+            terminalreporter.write_line(" | ".join(str(row[c]).ljust(w) for c, w in zip(columns, widths)))
+    if _MATRIX_CASES:
+        urls = len({name for name, _, _ in _MATRIX_CASES})
+        terminalreporter.write_line(f"authorisation matrix: {len(set(_MATRIX_CASES))} (URL, role, method) cases "
+                                    f"over {urls} URLs and websockets")

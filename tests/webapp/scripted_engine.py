@@ -4,11 +4,16 @@ select it with STUDIO_ENGINE=tests.webapp.scripted_engine:train. Runs that need 
 
 config.environment.options may hold {"phase_s": seconds per phase} to give a test time to pause or kill, and
 {"alert_at_step": k} to send a monitor alert that asks for a pause after step k.
+Fault tests find where it is: it writes its pid to `engine.pid` and "<step>:<moment>" to `moment` in the output
+directory as it enters each moment of a step (rollouts, judging, optimizer, checkpoint), and waits phase_s
+there. Each scored group reports one judge call (cost 0.001 $), as the judge scorer does, so accounting can be
+checked across faults. Checkpoints are written under a staging name and renamed, like training/checkpoints.py.
 """
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 from pathlib import Path
 
 from training.config import RunConfig
@@ -24,14 +29,24 @@ async def _go(control, delay: float) -> bool:
     return control.state() != "cancel"
 
 
+def _at(out: Path, step: int, moment: str) -> None:
+    (out / "moment.tmp").write_text(f"{step}:{moment}")
+    (out / "moment.tmp").replace(out / "moment")
+
+
 async def train(config: RunConfig, *, scorer=None, sink, control, review=None):
     delay = float(config.environment.options.get("phase_s", 0.0))
     out = Path(config.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "engine.pid").write_text(str(os.getpid()))
     done = sorted(int(p.name) for p in out.glob("[0-9]*") if p.is_dir())
     start = (done[-1] + 1) if done else 1
-    sink(RunStarted(run_name=config.name, start_step=start, total_steps=config.steps, resumed=bool(done)))
+    sink(RunStarted(run_name=config.name, start_step=start, total_steps=config.steps, resumed=bool(done),
+                    checkpoint_path=str(out / f"{done[-1]:04d}") if done else "",
+                    adapter_name=f"{config.name}@{done[-1]}" if done else ""))
     step = start
     for step in range(start, config.steps + 1):
+        _at(out, step, "rollouts")
         if not await _go(control, delay):
             sink(RunFinished(status="cancelled", steps_done=step - 1))
             return
@@ -40,24 +55,33 @@ async def train(config: RunConfig, *, scorer=None, sink, control, review=None):
             rewards = [round((i + step) / (config.grpo.group_size + step), 3) for i in range(config.grpo.group_size)]
             sink(GroupRolledOut(step=step, group_index=g, scenario_id=scenario.id, model=config.name, trajectories=len(rewards),
                                 errors=[]))
+            if g == config.grpo.groups_per_step - 1:  # the step's earlier groups are scored by now
+                _at(out, step, "judging")
+                await asyncio.sleep(delay)
             mean = sum(rewards) / len(rewards)
             trajectories = [{
                 "scenario_id": scenario.id, "tools": None, "turn_token_ids": [], "env_reward": r,
                 "judge_score": None, "explanation": f"answer {i} of step {step}", "criteria": {}, "reward": r,
-                "advantage": r - mean, "metadata": {}, "error": None, "completion_tokens": 5,
+                "advantage": r - mean, "error": None, "completion_tokens": 5,
+                "metadata": {"judge_calls": [{"prompt_hash": f"{step}-{g}", "prompt_tokens": 100,
+                                              "completion_tokens": 20, "cost_usd": 0.001}]} if i == 0 else {},
                 "messages": [{"role": "system", "content": config.system_prompt},
                              {"role": "user", "content": scenario.user_message},
                              {"role": "assistant", "content": f"attempt {i}"}],
             } for i, r in enumerate(rewards)]
             sink(GroupScored(step=step, group_index=g, scenario_id=scenario.id, trajectories=trajectories,
                              reward_mean=mean, reward_std=0.1, skipped=False))
+        _at(out, step, "optimizer")
         if not await _go(control, delay):
             sink(RunFinished(status="cancelled", steps_done=step - 1))
             return
         sink(TrainStep(step=step, metrics={"loss": 0.5 / step, "kl": 0.0, "clip_fraction": 0.0, "grad_norm": 1.0}))
-        path = out / f"{step:04d}"
-        path.mkdir(parents=True, exist_ok=True)
-        (path / "adapter_config.json").write_text(json.dumps({"r": 8}))
+        path, staging = out / f"{step:04d}", out / f".staging-{step:04d}"
+        staging.mkdir(parents=True, exist_ok=True)
+        (staging / "adapter_config.json").write_text(json.dumps({"r": 8}))
+        _at(out, step, "checkpoint")
+        await asyncio.sleep(delay)
+        staging.rename(path)
         sink(CheckpointSaved(step=step, path=str(path), adapter_name=f"{config.name}@{step}"))
         sink(StepFinished(step=step, metrics={"reward_mean": 0.3 + 0.1 * step, "reward_std": 0.1, "env_mean": 0.3,
                                               "loss": 0.5 / step, "kl": 0.0, "skipped_groups": 0}))

@@ -66,6 +66,8 @@ def test_a_user_builds_a_run_in_the_browser_and_watches_it_learn_live(server, ti
     with JudgeDouble(responder=JudgeDouble.score_by(marker_or_brevity)) as judge, sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        csp_violations: list[str] = []  # anything the Content Security Policy blocked on any page
+        page.on("console", lambda m: "Content Security Policy" in m.text and csp_violations.append(m.text))
         page.set_default_timeout(30_000)
 
         page.goto(server + "/login/")
@@ -124,7 +126,9 @@ def test_a_user_builds_a_run_in_the_browser_and_watches_it_learn_live(server, ti
         # Groups stream in with the judge's explanations; the chart gains points; no reload happens.
         expect(page.locator(".group").first).to_be_visible(timeout=120_000)
         expect(page.locator(".group .explanation").first).to_contain_text("rule gave")
-        page.wait_for_function("Number(document.getElementById('reward-chart').dataset.points) >= 1", timeout=120_000)
+        # Predicates are functions, not strings: the page's CSP forbids evaluating strings.
+        page.wait_for_function("() => Number(document.getElementById('reward-chart').dataset.points) >= 1",
+                               timeout=120_000)
         page.screenshot(path=str(SHOTS / "run-live.png"), full_page=True)
 
         page.click("#pause")
@@ -133,10 +137,11 @@ def test_a_user_builds_a_run_in_the_browser_and_watches_it_learn_live(server, ti
         page.screenshot(path=str(SHOTS / "run-paused.png"), full_page=True)
         page.click("#resume")
         expect(page.locator("#run-status")).to_have_text("Completed", timeout=180_000)
-        page.wait_for_function("Number(document.getElementById('reward-chart').dataset.points) >= 4")
+        page.wait_for_function("() => Number(document.getElementById('reward-chart').dataset.points) >= 4")
         assert int(page.get_attribute("#reward-chart", "data-points")) > paused_points
         assert page.evaluate("window.__sameDocument") is True
         assert page.locator("#step-table tbody tr").count() == 4
+        assert csp_violations == []
         # Every group of every step arrived as a card, though groups of one step are scored moments apart.
         expect(page.locator(".group")).to_have_count(8)
         page.screenshot(path=str(SHOTS / "run-completed.png"), full_page=True)

@@ -22,10 +22,10 @@ class TrajectoryReviewActions:
     @extend_schema(request=s.OverrideSerializer, responses={201: s.ScoreOverrideSerializer})
     @action(detail=True, methods=["post"])
     def override(self, request: Request, pk=None) -> Response:
+        trajectory = self.get_object()
         body = s.OverrideSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        record = review_services.trajectory_override(user=request.user, trajectory=self.get_object(),
-                                                     **body.validated_data)
+        record = review_services.trajectory_override(user=request.user, trajectory=trajectory, **body.validated_data)
         return Response(s.ScoreOverrideSerializer(record).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(responses=s.ScoreOverrideSerializer(many=True))
@@ -39,9 +39,10 @@ class GroupReviewActions:
     @extend_schema(request=s.ReorderSerializer, responses={201: s.ScoreOverrideSerializer(many=True)})
     @action(detail=True, methods=["post"])
     def reorder(self, request: Request, pk=None) -> Response:
+        group = self.get_object()
         body = s.ReorderSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        records = review_services.group_reorder(user=request.user, group=self.get_object(), **body.validated_data)
+        records = review_services.group_reorder(user=request.user, group=group, **body.validated_data)
         return Response(s.ScoreOverrideSerializer(records, many=True).data, status=status.HTTP_201_CREATED)
 
 

@@ -2,6 +2,7 @@
 user's projects, so a non-member gets 404; writes go through the same services as the pages."""
 from __future__ import annotations
 
+from django.conf import settings
 from django.db.models import Prefetch
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
@@ -18,6 +19,7 @@ from webapp.models import (
 )
 from webapp.services import catalogue as catalogue_services
 from webapp.services import runs as run_services
+from webapp.services.access import require_role
 from webapp.services.projects import project_create
 
 
@@ -27,9 +29,21 @@ def _project(request: Request, project_id: int, role: str = Role.EDITOR) -> Proj
 
 class _InProject(viewsets.GenericViewSet):
     project_path = "project"
+    # The least role per action ("action" or "action:METHOD"), checked as soon as the object is looked up: a
+    # member without it gets 403 before their body is even read, a non-member 404 (the queryset).
+    action_roles: dict[str, str] = {}
 
     def get_queryset(self):
         return selectors.for_user(user=self.request.user, queryset=self.queryset.all(), path=self.project_path)
+
+    def check_object_permissions(self, request: Request, obj) -> None:
+        super().check_object_permissions(request, obj)
+        role = self.action_roles.get(f"{self.action}:{request.method}") or self.action_roles.get(self.action or "")
+        if role:
+            project = obj
+            for part in self.project_path.split("__"):
+                project = getattr(project, part)
+            require_role(user=request.user, project=project, role=role)
 
 
 class ProjectViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, _InProject):
@@ -47,6 +61,7 @@ class ProjectViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Cr
 class AgentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
                    mixins.UpdateModelMixin, _InProject):
     serializer_class = s.AgentSerializer
+    action_roles = {"update": Role.EDITOR, "partial_update": Role.EDITOR}
     queryset = Agent.objects.order_by("id")
 
     def perform_create(self, serializer):
@@ -62,6 +77,7 @@ class AgentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Crea
 
 class ScenarioSetViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, _InProject):
     serializer_class = s.ScenarioSetSerializer
+    action_roles = {"scenarios:POST": Role.EDITOR, "upload": Role.EDITOR}
     queryset = ScenarioSet.objects.order_by("id")
 
     def perform_create(self, serializer):
@@ -90,12 +106,13 @@ class ScenarioSetViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixin
         body.is_valid(raise_exception=True)
         upload = body.validated_data["file"]
         catalogue_services.scenario_set_import(user=request.user, scenario_set=scenario_set,
-                                               file_name=upload.name, data=upload.read())
+                                               file_name=upload.name, data=upload.read(settings.STUDIO_MAX_UPLOAD_BYTES + 1))
         return Response(s.ScenarioSetSerializer(scenario_set).data, status=status.HTTP_201_CREATED)
 
 
 class RubricViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, _InProject):
     serializer_class = s.RubricSerializer
+    action_roles = {"versions": Role.EDITOR}
     queryset = Rubric.objects.order_by("id").prefetch_related(
         Prefetch("versions", queryset=RubricVersion.objects.order_by("number")))
 
@@ -107,16 +124,17 @@ class RubricViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Cre
     @extend_schema(request=s.RubricVersionSerializer, responses=s.RubricVersionSerializer)
     @action(detail=True, methods=["post"], parser_classes=[JSONParser])
     def versions(self, request: Request, pk=None) -> Response:
+        rubric = self.get_object()
         body = s.RubricVersionSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        version = catalogue_services.rubric_version_create(user=request.user, rubric=self.get_object(),
-                                                           **body.validated_data)
+        version = catalogue_services.rubric_version_create(user=request.user, rubric=rubric, **body.validated_data)
         return Response(s.RubricVersionSerializer(version).data, status=status.HTTP_201_CREATED)
 
 
 class JudgeConfigViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
                          mixins.UpdateModelMixin, _InProject):
     serializer_class = s.JudgeConfigSerializer
+    action_roles = {"update": Role.EDITOR, "partial_update": Role.EDITOR}
     queryset = JudgeConfig.objects.order_by("id")
 
     def perform_create(self, serializer):
@@ -132,6 +150,8 @@ class JudgeConfigViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixin
 
 class RunViewSet(RunReviewActions, mixins.ListModelMixin, mixins.RetrieveModelMixin, _InProject):
     serializer_class = s.RunSerializer
+    action_roles = {"pause": Role.EDITOR, "resume": Role.EDITOR, "cancel": Role.EDITOR, "fork": Role.EDITOR,
+                    "approve": Role.REVIEWER}
     queryset = Run.objects.order_by("-id")
 
     def get_serializer_class(self):
@@ -203,15 +223,19 @@ class RunViewSet(RunReviewActions, mixins.ListModelMixin, mixins.RetrieveModelMi
 
 class GroupViewSet(GroupReviewActions, mixins.RetrieveModelMixin, _InProject):
     serializer_class = s.GroupSerializer
+    action_roles = {"reorder": Role.REVIEWER}
     queryset = TrajectoryGroup.objects.prefetch_related("trajectories")
     project_path = "run__project"
 
 
 class TrajectoryViewSet(TrajectoryReviewActions, mixins.RetrieveModelMixin, _InProject):
     serializer_class = s.TrajectorySerializer
+    action_roles = {"override": Role.REVIEWER}
     queryset = Trajectory.objects.all()
     project_path = "group__run__project"
 
 
 class PlaygroundViewSet(RescoreViewSet, _InProject):
     """Rubric-playground re-scores: create one (reviewers), poll it, save the candidate as a rubric version."""
+
+    action_roles = {"save_version": Role.EDITOR}

@@ -19,7 +19,7 @@ from webapp.execution.evaluation import checkpoint_evaluate_execute
 from webapp.execution.runner import run_execute
 from webapp.models import Run, RunStatus
 from webapp.models.runs import ACTIVE_STATUSES
-from webapp.services.playground import playground_execute
+from webapp.services.playground import playground_execute, rescores_reap_stale
 from webapp.services.runs import run_mark_crashed, runs_reap_stale
 
 log = logging.getLogger(__name__)
@@ -180,6 +180,7 @@ def embedded_startup() -> None:
             threading.Event().wait(settings.STUDIO_STALE_AFTER_S / 2)
             try:
                 runs_reap_stale()
+                rescores_reap_stale()
             except Exception:
                 log.exception("reaping stale runs failed")
             finally:

@@ -159,10 +159,18 @@ def _pump(proc: subprocess.Popen, read_fd: int, *, run_id: int, worker: str) -> 
             _write(proc, {"review": run_review_rewards(run_id=run_id, step=review_step)})
             review_step = None
         now = time.monotonic()
-        if now - last_beat >= settings.STUDIO_HEARTBEAT_S:
-            run_heartbeat(run_id=run_id, worker=worker)
-            last_beat = now
-        state = run_control_state(run_id=run_id, worker=worker)
+        try:
+            if now - last_beat >= settings.STUDIO_HEARTBEAT_S:
+                run_heartbeat(run_id=run_id, worker=worker)
+                last_beat = now
+            state = run_control_state(run_id=run_id, worker=worker)
+        except DatabaseError:
+            # A dropped connection (database restart, failover): reconnect on the next round. Events wait in
+            # the pipe meanwhile; if the database stays away the heartbeat stops and the reaper says so.
+            log.warning("run %s: database error polling its state; reconnecting", run_id)
+            close_old_connections()
+            time.sleep(POLL_S)
+            continue
         if state == "lost":
             # Two engines must never write one run: this one stops now, and the run resumes from its checkpoint.
             log.warning("run %s is no longer %s's; stopping its engine", run_id, worker)

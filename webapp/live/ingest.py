@@ -91,9 +91,26 @@ def _set_phase(run: Run, phase: str, **fields: Any) -> None:
 def _on_run_started(run: Run, e: dict[str, Any]) -> dict[str, Any]:
     start = int(e.get("start_step", 1))  # steps are 1-based: a fresh run starts at 1
     verb = "resumed at step" if e.get("resumed") else "started at step"
+    # A resume redoes the steps after the last checkpoint, and their new rewards are not handed over yet:
+    # overrides on them train again, so they must not be labelled as labels only.
+    reviewed = min(run.reviewed_through_step, max(0, start - 1))
+    if e.get("resumed") and start > 1:
+        _record_resumed_checkpoint(run, start - 1, e)
     _set_phase(run, f"{verb} {start}", total_steps=int(e.get("total_steps", run.total_steps)),
-               steps_done=max(0, start - 1))
+               steps_done=max(0, start - 1), reviewed_through_step=reviewed)
     return {"start_step": start, "total_steps": run.total_steps, "resumed": bool(e.get("resumed"))}
+
+
+def _record_resumed_checkpoint(run: Run, step: int, e: dict[str, Any]) -> None:
+    """A worker killed after the engine saved a checkpoint but before its events were recorded: the engine
+    resumes after that checkpoint, so record it (and a row for each such step, whose metrics were lost with the
+    worker; its scored groups are the ones recorded before the kill)."""
+    if e.get("checkpoint_path"):
+        Checkpoint.objects.get_or_create(run=run, step_index=step, defaults={
+            "path": str(e["checkpoint_path"]), "adapter_name": str(e.get("adapter_name") or "")})
+    recorded = set(Step.objects.filter(run=run, index__lte=step).values_list("index", flat=True))
+    Step.objects.bulk_create(Step(run=run, index=i, metrics={"lost_with_worker": True})
+                             for i in range(1, step + 1) if i not in recorded)
 
 
 def _on_group_rolled_out(run: Run, e: dict[str, Any]) -> dict[str, Any]:
@@ -118,8 +135,11 @@ def _on_group_scored(run: Run, e: dict[str, Any]) -> dict[str, Any]:
     scenario_id = str(e.get("scenario_id", ""))
     records = list(e.get("trajectories") or [])
     scenario = Scenario.objects.filter(scenario_set_id=run.scenario_set_id, external_id=scenario_id).first()
-    # A resumed run re-does the step it crashed in: its groups replace the half-recorded ones.
-    TrajectoryGroup.objects.filter(run=run, step_index=step, index=index).delete()
+    # A resumed run re-does the step it crashed in: its groups replace the half-recorded ones. The judge calls
+    # of the replaced group were paid for: they stay in the run's accounting, detached from the group.
+    replaced = TrajectoryGroup.objects.filter(run=run, step_index=step, index=index)
+    JudgeCall.objects.filter(group__in=replaced).update(group=None)
+    replaced.delete()
     group = TrajectoryGroup.objects.create(
         run=run, step_index=step, index=index, scenario=scenario, scenario_external_id=scenario_id,
         reward_mean=_num(e.get("reward_mean")), reward_std=_num(e.get("reward_std")),

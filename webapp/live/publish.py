@@ -13,6 +13,22 @@ def run_group(run_id: int) -> str:
     return f"run_{run_id}"
 
 
+def project_group(project_id: int) -> str:
+    return f"project_{project_id}"
+
+
+def project_access_changed(project_id: int) -> None:
+    """Tells every live stream of the project's runs to re-check its user's membership (a member was removed
+    or their role changed); best effort like `publish`, and the consumers also re-check on their own."""
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    try:
+        async_to_sync(layer.group_send)(project_group(project_id), {"type": "access.changed"})
+    except Exception:
+        log.exception("could not tell the streams of project %s that its members changed", project_id)
+
+
 def publish(run_id: int, message: dict) -> None:
     """Best effort: the RunEvent row is the source of truth, and a page that missed this replays it on connect."""
     layer = get_channel_layer()

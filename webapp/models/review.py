@@ -66,6 +66,8 @@ class Rescore(models.Model):
     passes = models.PositiveSmallIntegerField(default=1)
     group_ids = models.JSONField(default=list)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    # Beaten while a worker judges: a re-score whose worker died is failed by the reaper, never left running.
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
     results = models.JSONField(default=list, blank=True)  # one record per group (see services/playground.py)
     summary = models.JSONField(default=dict, blank=True)  # agreement, cost, calls, cache hits
     error = models.TextField(blank=True)

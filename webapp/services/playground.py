@@ -7,7 +7,11 @@ GPU time, and compare with the version the run used and with the human labels.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import contextlib
+import logging
+import threading
+from datetime import timedelta
+from typing import Any, Iterator
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -23,6 +27,7 @@ from webapp.services.catalogue import _clean_criteria, rubric_version_create
 from webapp.services.run_config import judge_options
 from webapp.services.secrets import secret_decrypt
 
+log = logging.getLogger(__name__)
 MAX_GROUPS = 50
 ANSWER_PREVIEW = 240
 
@@ -174,8 +179,57 @@ def _agreement(results: list[dict[str, Any]], a: str, b: str) -> dict[str, Any]:
 
 def playground_execute(*, rescore_id: int) -> str:
     """Runs on the `judge` queue (or the in-process judge pool). Returns the final status."""
-    if not Rescore.objects.filter(pk=rescore_id, status=Rescore.Status.QUEUED).update(status=Rescore.Status.RUNNING):
+    if not Rescore.objects.filter(pk=rescore_id, status=Rescore.Status.QUEUED).update(
+            status=Rescore.Status.RUNNING, heartbeat_at=timezone.now()):
         return "skipped"  # a redelivered message: someone else has it
+    with _heartbeat(rescore_id):
+        return _execute(rescore_id)
+
+
+@contextlib.contextmanager
+def _heartbeat(rescore_id: int) -> Iterator[None]:
+    """Beats `heartbeat_at` from a thread while the judge works, so `rescores_reap_stale` can tell a slow
+    judge from a dead worker."""
+    from django.db import connection
+
+    stop = threading.Event()
+
+    def beat() -> None:
+        try:
+            while not stop.wait(settings.STUDIO_HEARTBEAT_S):
+                try:
+                    Rescore.objects.filter(pk=rescore_id, status=Rescore.Status.RUNNING).update(
+                        heartbeat_at=timezone.now())
+                except Exception:  # a locked SQLite file or a database blip: beat again next time
+                    log.warning("re-score %s: heartbeat not recorded", rescore_id, exc_info=True)
+                    connection.close()
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=beat, daemon=True, name=f"rescore-{rescore_id}-heartbeat")
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def rescores_reap_stale(*, now=None) -> list[int]:
+    """Fails every running re-score whose worker stopped beating (killed, out of memory); returns their ids.
+    Nothing was stored for them, so starting the re-score again costs only the judge calls."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=settings.STUDIO_STALE_AFTER_S)
+    stale = list(Rescore.objects.filter(status=Rescore.Status.RUNNING, heartbeat_at__lt=cutoff)
+                 .values_list("id", flat=True))
+    reason = (f"the worker stopped sending heartbeats (none for {settings.STUDIO_STALE_AFTER_S:.0f} s): it was "
+              "killed or crashed during the re-score; nothing was saved, start it again")
+    return [rescore_id for rescore_id in stale
+            if Rescore.objects.filter(pk=rescore_id, status=Rescore.Status.RUNNING, heartbeat_at__lt=cutoff)
+            .update(status=Rescore.Status.FAILED, error=reason, finished_at=now)]
+
+
+def _execute(rescore_id: int) -> str:
     rescore = Rescore.objects.select_related("judge_config").get(pk=rescore_id)
     try:
         groups = list(TrajectoryGroup.objects.filter(pk__in=rescore.group_ids).select_related("run")

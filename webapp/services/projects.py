@@ -8,6 +8,7 @@ from django.urls import reverse
 from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
 
+from webapp.live.publish import project_access_changed
 from webapp.models import Membership, Project, Role
 from webapp.services.access import require_role
 
@@ -26,6 +27,7 @@ def membership_set(*, project: Project, user, role: str, acting_user=None) -> Me
     if acting_user is not None:
         require_role(user=acting_user, project=project, role=Role.EDITOR)
     membership, _ = Membership.objects.update_or_create(project=project, user=user, defaults={"role": Role(role)})
+    transaction.on_commit(lambda: project_access_changed(project.id))
     return membership
 
 
@@ -53,3 +55,15 @@ def member_add(*, project: Project, username: str, role: str, acting_user, creat
                                                     default_token_generator.make_token(user)])
         membership = membership_set(project=project, user=user, role=role, acting_user=acting_user)
     return membership, invite
+
+
+def membership_remove(*, project: Project, user, acting_user=None) -> None:
+    """Removes a member: their pages, API calls and open live streams of the project's runs stop at once.
+    The owner stays (they own the project)."""
+    if acting_user is not None:
+        require_role(user=acting_user, project=project, role=Role.EDITOR)
+    if user.pk == project.owner_id:
+        raise ValidationError({"username": ["the project's owner cannot be removed"]})
+    if not Membership.objects.filter(project=project, user=user).delete()[0]:
+        raise ValidationError({"username": [f"{user.username} is not a member of this project"]})
+    transaction.on_commit(lambda: project_access_changed(project.id))

@@ -17,6 +17,9 @@ from webapp.models.catalogue import MESSAGE_MAX, Scenario
 
 COLUMNS = ("id", "user_message", "context", "reference", "split", "metadata")
 ID_MAX = 200
+# A cell a spreadsheet would evaluate as a formula when the scenarios are opened or exported there (CSV
+# injection): refused, so no stored scenario can carry one. "- text" (a list item) is not a formula.
+FORMULA_START = ("=", "+", "@", "\t", "\r")
 
 
 @dataclass
@@ -38,7 +41,7 @@ class ParseResult:
 def parse_scenario_file(*, name: str, data: bytes) -> ParseResult:
     limit = settings.STUDIO_MAX_UPLOAD_BYTES
     if len(data) > limit:
-        return ParseResult([], [f"the file is {len(data):,} bytes; the limit is {limit:,} bytes"])
+        return ParseResult([], [f"the file is larger than the limit of {limit:,} bytes"])
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
@@ -130,6 +133,10 @@ def _validate(raw: dict[str, Any], *, default_id: str) -> tuple[ParsedRow | None
         return None, problems
     if not texts["user_message"].strip():
         problems.append("user_message is empty")
+    for key, value in texts.items():
+        if value.startswith(FORMULA_START) or (value.startswith("-") and value[1:2] not in ("", " ")):
+            problems.append(f"{key} starts with {value[:1]!r}, which spreadsheets run as a formula (CSV injection); "
+                            "remove it or put an apostrophe before it")
     for key in ("user_message", "context", "reference"):
         if len(texts[key]) > MESSAGE_MAX:
             problems.append(f"{key} is {len(texts[key]):,} characters; the limit is {MESSAGE_MAX:,}")

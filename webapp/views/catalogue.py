@@ -1,6 +1,7 @@
 """Catalogue pages: agents, scenario sets (form entry and upload), rubrics with versions, judges."""
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
@@ -77,7 +78,7 @@ def scenario_set_detail(request: HttpRequest, scenario_set_id: int) -> HttpRespo
                 upload = upload_form.cleaned_data["file"]
                 try:
                     created = svc.scenario_set_import(user=request.user, scenario_set=scenario_set,
-                                                      file_name=upload.name, data=upload.read())
+                                                      file_name=upload.name, data=upload.read(settings.STUDIO_MAX_UPLOAD_BYTES + 1))
                     messages.success(request, f"imported {len(created)} scenarios from {upload.name}")
                     return redirect("scenario-set-detail", scenario_set_id=scenario_set.id)
                 except ValidationError as err:

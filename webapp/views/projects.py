@@ -1,18 +1,19 @@
 from __future__ import annotations
 
 from django.contrib import messages
+from django.contrib.auth import get_user_model
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
 from django.core.exceptions import ValidationError
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse_lazy
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_POST, require_safe
 
 from webapp import selectors
 from webapp.forms import MemberForm, ProjectForm, apply_service_errors
 from webapp.models import Role
-from webapp.services.projects import member_add, project_create
+from webapp.services.projects import member_add, membership_remove, project_create
 from webapp.views.common import handle_form
 
 
@@ -29,8 +30,13 @@ def project_list(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-def project_detail(request: HttpRequest, project_id: int, member_form: MemberForm | None = None,
-                   status: int = 200) -> HttpResponse:
+@require_safe
+def project_detail(request: HttpRequest, project_id: int) -> HttpResponse:
+    return _project_page(request, project_id)
+
+
+def _project_page(request: HttpRequest, project_id: int, member_form: MemberForm | None = None,
+                  status: int = 200) -> HttpResponse:
     project = selectors.project_get(user=request.user, project_id=project_id)
     role = selectors.project_role(user=request.user, project=project)
     return render(request, "webapp/project_detail.html", {
@@ -60,7 +66,7 @@ def project_member_add(request: HttpRequest, project_id: int) -> HttpResponse:
             else:
                 messages.success(request, f"{membership.user.username} is now a {membership.role}")
             return redirect("project-detail", project_id=project.id)
-    return project_detail(request, project_id, member_form=form, status=400)
+    return _project_page(request, project_id, member_form=form, status=400)
 
 
 class InviteAcceptView(auth_views.PasswordResetConfirmView):
@@ -69,3 +75,19 @@ class InviteAcceptView(auth_views.PasswordResetConfirmView):
     template_name = "registration/invite_accept.html"
     success_url = reverse_lazy("login")
     post_reset_login = False
+
+
+@login_required
+@require_POST
+def project_member_remove(request: HttpRequest, project_id: int, user_id: int) -> HttpResponse:
+    project = selectors.project_get(user=request.user, project_id=project_id, role=Role.EDITOR)
+    user = get_user_model().objects.filter(pk=user_id).first()
+    if user is None:
+        messages.error(request, "no such user")
+        return redirect("project-detail", project_id=project.id)
+    try:
+        membership_remove(project=project, user=user, acting_user=request.user)
+        messages.success(request, f"{user.username} is no longer a member")
+    except ValidationError as err:
+        messages.error(request, " ".join(err.messages))
+    return redirect("project-detail", project_id=project.id)

@@ -8,7 +8,7 @@ from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_POST, require_safe
 
 from webapp import review_selectors as review
 from webapp import reward_selectors, selectors
@@ -33,6 +33,7 @@ def _back(request: HttpRequest, fallback: str) -> HttpResponse:
 
 
 @login_required
+@require_safe
 def group_detail(request: HttpRequest, group_id: int) -> HttpResponse:
     group = selectors.group_get(user=request.user, group_id=group_id)
     group = TrajectoryGroup.objects.select_related("run__project", "scenario").get(pk=group.pk)
@@ -51,6 +52,7 @@ def group_detail(request: HttpRequest, group_id: int) -> HttpResponse:
 
 
 @login_required
+@require_safe
 def run_compare(request: HttpRequest, run_id: int) -> HttpResponse:
     """Any trajectories of a run, side by side: ?t=<id>&t=<id>…"""
     run = selectors.run_get(user=request.user, run_id=run_id)
@@ -61,6 +63,7 @@ def run_compare(request: HttpRequest, run_id: int) -> HttpResponse:
 
 
 @login_required
+@require_safe
 def run_scenario(request: HttpRequest, run_id: int, scenario_id: str) -> HttpResponse:
     """One scenario across steps: by default the best answer of its first group beside that of its latest."""
     run = selectors.run_get(user=request.user, run_id=run_id)
@@ -80,7 +83,7 @@ def run_scenario(request: HttpRequest, run_id: int, scenario_id: str) -> HttpRes
 @login_required
 @require_POST
 def trajectory_override(request: HttpRequest, trajectory_id: int) -> HttpResponse:
-    trajectory = selectors.trajectory_get(user=request.user, trajectory_id=trajectory_id)
+    trajectory = selectors.trajectory_get(user=request.user, trajectory_id=trajectory_id, role=Role.REVIEWER)
     form = OverrideForm(request.POST)
     if form.is_valid():
         try:
@@ -96,7 +99,7 @@ def trajectory_override(request: HttpRequest, trajectory_id: int) -> HttpRespons
 @login_required
 @require_POST
 def group_reorder(request: HttpRequest, group_id: int) -> HttpResponse:
-    group = selectors.group_get(user=request.user, group_id=group_id)
+    group = selectors.group_get(user=request.user, group_id=group_id, role=Role.REVIEWER)
     form = ReorderForm(request.POST)
     try:
         if not form.is_valid():
@@ -110,6 +113,7 @@ def group_reorder(request: HttpRequest, group_id: int) -> HttpResponse:
 
 
 @login_required
+@require_safe
 def run_review(request: HttpRequest, run_id: int) -> HttpResponse:
     run = selectors.run_get(user=request.user, run_id=run_id)
     agreement = review.run_agreement(run=run)
@@ -185,6 +189,7 @@ def playground(request: HttpRequest, project_id: int) -> HttpResponse:
 
 
 @login_required
+@require_safe
 def playground_detail(request: HttpRequest, rescore_id: int) -> HttpResponse:
     rescore = selectors.in_project_get(user=request.user, model=Rescore, pk=rescore_id)
     context = {"rescore": rescore, "project": rescore.project, **_role_context(request, rescore.project),

@@ -1,28 +1,30 @@
 """Run pages: launch, list, the live detail page and its fragments, controls, trajectories, checkpoints."""
 from __future__ import annotations
 
-import io
-import zipfile
 from pathlib import Path
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
-from django.http import FileResponse, Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_POST
+from django.utils.http import content_disposition_header
+from django.views.decorators.http import require_POST, require_safe
 
 from webapp import reward_selectors, selectors
 from webapp.evaluation_selectors import run_evaluation_data
 from webapp.forms import GroupSearchForm, LaunchForm
 from webapp.models import Role
 from webapp.services import runs as run_services
+from webapp.services.checkpoints import checkpoint_zip_chunks
 from webapp.views.common import handle_form
 
 GROUPS_PER_PAGE = 20
+STEP_ROWS = 100  # the step table's newest rows; rendering thousands would cost the page seconds
 
 
 @login_required
+@require_safe
 def run_list(request: HttpRequest, project_id: int) -> HttpResponse:
     project = selectors.project_get(user=request.user, project_id=project_id)
     template = "webapp/partials/run_rows.html" if getattr(request, "htmx", False) else "webapp/run_list.html"
@@ -56,13 +58,14 @@ def _run_context(request: HttpRequest, run) -> dict:
 
 
 @login_required
+@require_safe
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     run = selectors.run_get(user=request.user, run_id=run_id)
     search_form = GroupSearchForm(request.GET or None)
     search = search_form.search()
     groups = list(selectors.run_groups(run=run, limit=GROUPS_PER_PAGE, search=search))
     return render(request, "webapp/run_detail.html", {
-        **_run_context(request, run), "steps": selectors.run_steps(run=run), "groups": groups,
+        **_run_context(request, run), **_steps(run), "groups": groups,
         "search_form": search_form, "search": search, "search_query": request.GET.urlencode(),
         "more_groups": selectors.run_group_count(run=run, search=search) > len(groups), "next_offset": len(groups),
         "rewards": reward_selectors.groups_view(run=run, groups=groups),
@@ -74,18 +77,25 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
 
 
 @login_required
+@require_safe
 def run_header(request: HttpRequest, run_id: int) -> HttpResponse:
     run = selectors.run_get(user=request.user, run_id=run_id)
     return render(request, "webapp/partials/run_header.html", _run_context(request, run))
 
 
 @login_required
+@require_safe
 def run_steps(request: HttpRequest, run_id: int) -> HttpResponse:
     run = selectors.run_get(user=request.user, run_id=run_id)
-    return render(request, "webapp/partials/step_table.html", {"run": run, "steps": selectors.run_steps(run=run)})
+    return render(request, "webapp/partials/step_table.html", {"run": run, **_steps(run)})
+
+
+def _steps(run) -> dict:
+    return {"steps": selectors.run_recent_steps(run=run, limit=STEP_ROWS), "steps_total": run.steps.count()}
 
 
 @login_required
+@require_safe
 def run_checkpoints(request: HttpRequest, run_id: int) -> HttpResponse:
     run = selectors.run_get(user=request.user, run_id=run_id)
     return render(request, "webapp/partials/checkpoints.html",
@@ -93,6 +103,7 @@ def run_checkpoints(request: HttpRequest, run_id: int) -> HttpResponse:
 
 
 @login_required
+@require_safe
 def run_groups(request: HttpRequest, run_id: int) -> HttpResponse:
     """More groups, for the page's "older groups" button (newest first, bounded)."""
     run = selectors.run_get(user=request.user, run_id=run_id)
@@ -128,6 +139,7 @@ def run_control(request: HttpRequest, run_id: int, action: str) -> HttpResponse:
 
 
 @login_required
+@require_safe
 def trajectory_detail(request: HttpRequest, trajectory_id: int) -> HttpResponse:
     trajectory = selectors.trajectory_get(user=request.user, trajectory_id=trajectory_id)
     run = trajectory.group.run
@@ -141,16 +153,13 @@ def trajectory_detail(request: HttpRequest, trajectory_id: int) -> HttpResponse:
 
 
 @login_required
+@require_safe
 def checkpoint_download(request: HttpRequest, checkpoint_id: int) -> HttpResponse:
     checkpoint = selectors.checkpoint_get(user=request.user, checkpoint_id=checkpoint_id)
     root = Path(checkpoint.path)
     if not root.is_dir():
         raise Http404("the checkpoint's files are not on this machine")
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        for file in sorted(root.rglob("*")):
-            if file.is_file() and not file.is_symlink():
-                archive.write(file, file.relative_to(root))
-    buffer.seek(0)
     name = f"{checkpoint.run.config.get('name', 'run')}-step{checkpoint.step_index:04d}.zip"
-    return FileResponse(buffer, as_attachment=True, filename=name, content_type="application/zip")
+    response = StreamingHttpResponse(checkpoint_zip_chunks(root=root), content_type="application/zip")
+    response["Content-Disposition"] = content_disposition_header(as_attachment=True, filename=name)
+    return response

@@ -1,0 +1,76 @@
+"""The world the authorisation matrix runs in: one project with a member of every role, another project with
+its own admin, and one object of every kind the URLs name. `url_kwargs` fills any URL of the app."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from django.test import Client
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from tests.webapp.factories import (
+    agent_factory, judge_factory, member_factory, project_factory, rubric_factory, run_factory,
+    scenario_set_factory, user_factory,
+)
+from webapp.live.ingest import run_event_ingest
+from webapp.models import Checkpoint, Rescore, Role, RunStatus, Trajectory
+
+# Lowest first. "admin" is the project's owner; "other_admin" owns another project; "anonymous" is logged out.
+ROLES = ("anonymous", "other_admin", "viewer", "reviewer", "editor", "admin")
+MEMBER_RANK = {"viewer": 1, "reviewer": 2, "editor": 3, "admin": 3}
+METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+
+
+@dataclass
+class World:
+    users: dict[str, Any]
+    ids: dict[str, Any]
+
+    def url_kwargs(self, names: list[str]) -> dict[str, Any]:
+        return {name: self.ids[name] for name in names}
+
+    def client(self, role: str, api: bool):
+        user = self.users.get(role)
+        if api:
+            client = APIClient()
+            if user is not None:
+                client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.get_or_create(user=user)[0].key}")
+            return client
+        client = Client()
+        if user is not None:
+            client.force_login(user)
+        return client
+
+
+def build_world(tmp_path: Path) -> World:
+    project = project_factory()
+    users = {"anonymous": None, "admin": project.owner,
+             "other_admin": project_factory().owner}
+    for role in ("viewer", "reviewer", "editor"):
+        users[role] = member_factory(project=project, role=getattr(Role, role.upper()), user=user_factory())
+    judge = judge_factory(project=project)
+    rubric = rubric_factory(project=project)
+    agent = agent_factory(project=project)
+    scenario_set = scenario_set_factory(project=project)
+    run = run_factory(project=project, status=RunStatus.AWAITING_REVIEW, agent=agent, scenario_set=scenario_set,
+                      judge_config=judge, rubric_version=rubric.latest_version)
+    records = [{"scenario_id": "s1", "messages": [{"role": "user", "content": "Question 1?"},
+                                                  {"role": "assistant", "content": f"answer {i}"}],
+                "reward": r, "judge_score": r, "explanation": "ok", "criteria": {}, "metadata": {}}
+               for i, r in enumerate((0.8, 0.2))]
+    run_event_ingest(run_id=run.id, event={"kind": "group_scored", "step": 1, "group_index": 0, "scenario_id": "s1",
+                                           "trajectories": records, "reward_mean": 0.5, "reward_std": 0.3})
+    trajectory = Trajectory.objects.filter(group__run=run).order_by("index").first()
+    checkpoint_dir = tmp_path / "checkpoint"
+    checkpoint_dir.mkdir()
+    (checkpoint_dir / "adapter_config.json").write_text("{}")
+    checkpoint = Checkpoint.objects.create(run=run, step_index=1, path=str(checkpoint_dir), adapter_name="r@1")
+    rescore = Rescore.objects.create(project=project, rubric_text="x", judge_config=judge, judge_model=judge.model,
+                                     group_ids=[trajectory.group_id], status=Rescore.Status.DONE)
+    ids = {"project_id": project.id, "agent_id": agent.id, "scenario_set_id": scenario_set.id,
+           "rubric_id": rubric.id, "judge_id": judge.id, "run_id": run.id, "group_id": trajectory.group_id,
+           "trajectory_id": trajectory.id, "checkpoint_id": checkpoint.id, "rescore_id": rescore.id,
+           "scenario_id": "s1", "action": "pause", "user_id": users["viewer"].id}
+    return World(users=users, ids=ids)

@@ -1,0 +1,293 @@
+"""Fault injection with real processes: PostgreSQL, Redis, a real Celery worker and the engine child (the
+scripted engine, which says which moment of a step it is in). Each case kills or cuts one thing at one moment
+of step 2 of a 3-step run, then checks: the run ends in a clear state (or continues), a resume reaches the
+same final step count, every group of a checkpointed step is still there unchanged, every judge call paid for
+before the fault is still counted, and no step or group is duplicated. The table of outcomes is printed at the
+end of the test session (see `fault_table` in conftest.py).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+from tests.webapp.conftest import SCRIPTED_ENGINE, wait_for
+from tests.webapp.factories import agent_factory, project_factory, scenario_set_factory
+from webapp.models import JudgeCall, Run, RunStatus, Trajectory
+from webapp.services import runs as run_services
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+STEPS, GROUPS, GROUP_SIZE, FAULT_STEP = 3, 2, 2, 2
+MOMENTS = ("rollouts", "judging", "optimizer", "checkpoint")
+SETTLED = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CRASHED, RunStatus.CANCELLED)
+
+
+def _launch(phase_s: float = 0.4) -> Run:
+    project = project_factory()
+    agent = agent_factory(project=project, environment_options={"phase_s": phase_s})
+    return run_services.run_launch(
+        user=project.owner, project=project, name="faults", agent=agent,
+        scenario_set=scenario_set_factory(project=project), steps=STEPS, group_size=GROUP_SIZE,
+        groups_per_step=GROUPS, learning_rate=1e-3)
+
+
+def _status(run: Run) -> str:
+    return Run.objects.values_list("status", flat=True).get(pk=run.pk)
+
+
+def _at(run: Run, moment: str) -> None:
+    marker = Path(run.output_dir) / "moment"
+    wait_for(lambda: marker.exists() and marker.read_text() == f"{FAULT_STEP}:{moment}", timeout=60,
+             interval=0.02, message=f"step {FAULT_STEP} to reach {moment}")
+
+
+def _snapshot(run: Run) -> dict:
+    groups = {(g.step_index, g.index): g.id for g in run.groups.all()}
+    rewards = {g: sorted(Trajectory.objects.filter(group_id=i).values_list("reward", flat=True))
+               for g, i in groups.items()}
+    return {"groups": groups, "rewards": rewards, "calls": set(JudgeCall.objects.filter(run=run).values_list("id", flat=True)),
+            "steps": sorted(run.steps.values_list("index", flat=True))}
+
+
+def _settle(run: Run, timeout: float = 60) -> str:
+    """Waits until the run has a settled state, running the reaper as Celery beat would."""
+    def settled():
+        run_services.runs_reap_stale()
+        return _status(run) in SETTLED
+    wait_for(settled, timeout=timeout, interval=0.3, message="the run to settle after the fault")
+    return _status(run)
+
+
+def _check_and_record(run: Run, before: dict, fault: str, moment: str, state: str, fault_table: list) -> None:
+    run.refresh_from_db()
+    after = _snapshot(run)
+    trajectories = Trajectory.objects.filter(group__run=run).count()
+    duplicates = (len(after["steps"]) - len(set(after["steps"]))) + (trajectories - len(after["groups"]) * GROUP_SIZE)
+    fault_table.append({"fault": fault, "moment": moment, "after fault": state, "final": run.status,
+                        "steps": run.steps_done, "groups before": len(before["groups"]),
+                        "groups after": len(after["groups"]), "calls before": len(before["calls"]),
+                        "calls after": len(after["calls"]), "duplicates": duplicates})
+    assert run.status == RunStatus.COMPLETED and run.steps_done == STEPS, run.error
+    assert after["steps"] == list(range(1, STEPS + 1)) and run.checkpoints.count() == STEPS
+    assert len(after["groups"]) == STEPS * GROUPS and duplicates == 0
+    kept = {g for g in before["groups"] if g[0] < FAULT_STEP}  # steps checkpointed before the fault
+    assert {g: after["groups"][g] for g in kept} == {g: before["groups"][g] for g in kept}
+    assert {g: after["rewards"][g] for g in kept} == {g: before["rewards"][g] for g in kept}
+    assert before["calls"] <= after["calls"]  # every judge call paid for before the fault is still counted
+    total = JudgeCall.objects.filter(run=run)
+    assert sum(total.values_list("cost_usd", flat=True)) == pytest.approx(0.001 * total.count())
+
+
+def _resume(run: Run) -> None:
+    run_services.run_resume(user=run.project.owner, run=run)
+    wait_for(lambda: _status(run) in SETTLED and _status(run) != RunStatus.CRASHED or _status(run) == "completed",
+             timeout=90, interval=0.2, message="the resumed run to finish")
+
+
+@pytest.mark.parametrize("moment", MOMENTS)
+def test_kill_9_of_the_engine_child_fails_the_run_with_the_reason_and_resume_finishes(
+        moment, start_celery_worker, fault_table, settings):
+    settings.STUDIO_EXECUTOR = "celery"
+    start_celery_worker(SCRIPTED_ENGINE)
+    run = _launch()
+    _at(run, moment)
+    before = _snapshot(run)
+    os.kill(int((Path(run.output_dir) / "engine.pid").read_text()), signal.SIGKILL)
+    state = _settle(run)
+    run.refresh_from_db()
+    assert state == RunStatus.FAILED and "exited with code -9" in run.error
+    _resume(run)
+    _check_and_record(run, before, "engine child kill -9", moment, state, fault_table)
+
+
+@pytest.mark.parametrize("moment", MOMENTS)
+def test_kill_9_of_the_celery_worker_leaves_the_run_crashed_and_resume_finishes(
+        moment, start_celery_worker, fault_table, settings):
+    settings.STUDIO_EXECUTOR = "celery"
+    worker = start_celery_worker(SCRIPTED_ENGINE)
+    run = _launch()
+    _at(run, moment)
+    before = _snapshot(run)
+    os.killpg(worker.pid, signal.SIGKILL)  # worker, pool child and engine, without a goodbye
+    state = _settle(run)
+    run.refresh_from_db()
+    assert state == RunStatus.CRASHED and "heartbeats" in run.error
+    start_celery_worker(SCRIPTED_ENGINE)
+    _resume(run)
+    _check_and_record(run, before, "Celery worker kill -9", moment, state, fault_table)
+
+
+@pytest.mark.parametrize("moment", ("judging", "checkpoint"))
+def test_a_dropped_database_connection_mid_run_is_survived_or_resumed(
+        moment, start_celery_worker, fault_table, settings):
+    settings.STUDIO_EXECUTOR = "celery"
+    start_celery_worker(SCRIPTED_ENGINE)
+    run = _launch()
+    _at(run, moment)
+    before = _snapshot(run)
+    with connection.cursor() as cursor:  # every other session on the test database: the worker's
+        cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                       "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+    state = _settle(run, timeout=90)
+    if state != RunStatus.COMPLETED:
+        _resume(run)
+    _check_and_record(run, before, "database connections dropped", moment, state, fault_table)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _redis_server(port: int, log: Path) -> subprocess.Popen:
+    proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                             "--appendonly", "no", "--logfile", str(log)], start_new_session=True)
+    import redis
+
+    wait_for(lambda: _pings(redis.Redis(port=port)), timeout=20, message="the private redis-server")
+    return proc
+
+
+def _pings(client) -> bool:
+    try:
+        return bool(client.ping())
+    except Exception:
+        return False
+
+
+def test_a_redis_restart_mid_run_is_survived(start_celery_worker, fault_table, settings, monkeypatch, tmp_path):
+    """A private redis-server (its own port), never the shared one: the worker's broker and channel layer."""
+    from webapp.celery_app import app
+    from webapp.tasks import run_execute_task
+
+    port = _free_port()
+    server = _redis_server(port, tmp_path / "redis.log")
+    try:
+        monkeypatch.setenv("REDIS_URL", f"redis://127.0.0.1:{port}/0")
+        start_celery_worker(SCRIPTED_ENGINE)
+        run = _launch()  # its message goes to the shared broker, where no worker of this test listens: drop it
+        import redis
+
+        redis.Redis.from_url(settings.REDIS_URL).delete("gpu")
+        with app.connection_for_write(f"redis://127.0.0.1:{port}/0") as broker:
+            run_execute_task.apply_async(args=[run.id], queue="gpu", connection=broker)
+        _at(run, "judging")
+        before = _snapshot(run)
+        server.kill()
+        server.wait()
+        time.sleep(1.0)  # the worker publishes into the void for a while
+        server = _redis_server(port, tmp_path / "redis-2.log")
+        state = _settle(run, timeout=90)
+        if state != RunStatus.COMPLETED:
+            _resume(run)
+        _check_and_record(run, before, "Redis restarted", "judging", state, fault_table)
+        assert run.last_event_seq == run.events.count()  # every event is a row: a page replays what it missed
+    finally:
+        server.kill()
+
+
+OVERRIDE_LOOP = """
+import django, sys
+django.setup()
+from webapp.models import Trajectory
+from webapp.services.review import trajectory_override
+ts = list(Trajectory.objects.filter(group__run_id=int(sys.argv[1])))
+print("ready", flush=True)
+for i in range(100000):
+    t = ts[i % len(ts)]
+    trajectory_override(user=t.group.run.project.owner, trajectory=t, score=(i % 100) / 100, reason=f"pass {i}")
+"""
+
+
+def test_killing_the_web_process_while_overrides_are_saved_leaves_every_override_audited(fault_table):
+    from tests.webapp.conftest import ROOT, _worker_env
+    from tests.webapp.test_review import _group
+    from webapp.models import ScoreOverride
+
+    from tests.webapp.factories import run_factory
+
+    run = run_factory(status=RunStatus.RUNNING)
+    _group(run, step=1, scores=[0.9, 0.5, 0.1])
+    proc = subprocess.Popen([sys.executable, "-c", OVERRIDE_LOOP, str(run.id)], cwd=ROOT,
+                            env=_worker_env(None), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert proc.stdout.readline().strip() == b"ready"
+    wait_for(lambda: ScoreOverride.objects.filter(run=run).count() >= 30, timeout=60, message="overrides")
+    proc.kill()  # mid-save, at whatever statement it is in
+    proc.wait()
+    saved = ScoreOverride.objects.filter(run=run).count()
+    for t in Trajectory.objects.filter(group__run=run):
+        last = ScoreOverride.objects.filter(trajectory=t).order_by("-id").first()
+        assert last is not None and t.override_score == last.after  # the score and its audit row, or neither
+    fault_table.append({"fault": "web process kill -9", "moment": f"override save ({saved} saved)",
+                        "after fault": run.status, "final": run.status, "steps": "-", "groups before": 1,
+                        "groups after": run.groups.count(), "calls before": "-", "calls after": "-",
+                        "duplicates": run.groups.count() - 1})
+    assert saved >= 30
+
+
+def _descendants(pid: int) -> dict[int, str]:
+    """pid -> command line of every process below `pid` (from /proc; Linux)."""
+    parents: dict[int, int] = {}
+    commands: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            commands[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = {}, [pid]
+    while frontier:
+        parent = frontier.pop()
+        for child, ppid in parents.items():
+            if ppid == parent and child not in found:
+                found[child] = commands.get(child, "")
+                frontier.append(child)
+    return found
+
+
+def test_kill_9_of_the_inference_server_during_rollouts_ends_the_run_clearly_and_resume_finishes(
+        start_celery_worker, tiny_run, fault_table, settings):
+    """The tiny real model on the local inference server: the server dies while step 1 rolls out."""
+    settings.STUDIO_EXECUTOR = "celery"
+    worker = start_celery_worker()
+    run = tiny_run(steps=2)
+    wait_for(lambda: run.events.filter(kind="group_rolled_out").exists(), timeout=240, interval=0.05,
+             message="the first rollouts")
+    servers = [pid for pid, cmd in _descendants(worker.pid).items() if "training.servers.local" in cmd]
+    assert len(servers) == 1, _descendants(worker.pid)
+    before = _snapshot(run)
+    os.kill(servers[0], signal.SIGKILL)
+    state = _settle(run, timeout=240)
+    run.refresh_from_db()
+    reason = run.error
+    if state != RunStatus.COMPLETED:
+        assert state in (RunStatus.FAILED, RunStatus.CRASHED) and reason.strip()
+        run_services.run_resume(user=run.project.owner, run=run)
+        wait_for(lambda: _status(run) in (RunStatus.COMPLETED, RunStatus.FAILED), timeout=300, interval=0.5,
+                 message="the resumed run to finish")
+    run.refresh_from_db()
+    after = _snapshot(run)
+    sizes = {(g.step_index, g.index): (g.trajectories.count(), g.errors, g.scoring_error) for g in run.groups.all()}
+    duplicates = sum(max(0, n - 4) for n, _, _ in sizes.values())
+    fault_table.append({"fault": "inference server kill -9", "moment": "rollouts", "after fault": state,
+                        "final": run.status, "steps": run.steps_done, "groups before": len(before["groups"]),
+                        "groups after": len(after["groups"]), "calls before": len(before["calls"]),
+                        "calls after": len(after["calls"]), "duplicates": duplicates})
+    assert run.status == RunStatus.COMPLETED and run.steps_done == 2, run.error
+    assert sorted(after["steps"]) == [1, 2] and len(after["groups"]) == 4 and duplicates == 0
+    # Every rollout is accounted for: a trajectory row, or a named error on its group (a rollout that met the
+    # dying server); none disappears silently.
+    assert all(n + len(errors) == 4 for n, errors, _ in sizes.values()), sizes
+    print(f"inference server kill: the run was {state}: {reason[:300]!r}")
