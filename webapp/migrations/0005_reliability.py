@@ -4,7 +4,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('webapp', '0002_review'),
+        ('webapp', '0004_run_enqueued_at'),
     ]
 
     operations = [
