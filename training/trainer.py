@@ -114,6 +114,22 @@ class Trainer:
         torch.save(self.optimizer.state_dict(), directory / "optimizer.pt")
         (directory / "state.json").write_text(json.dumps(state, indent=2))
 
+    def save_adapter(self, directory: Path) -> None:
+        """The adapter alone, as `save` writes it (config and safetensors) but without peft's model card."""
+        from peft import get_peft_model_state_dict
+        from safetensors.torch import save_file
+
+        directory.mkdir(parents=True, exist_ok=True)
+        self.model.peft_config["default"].save_pretrained(directory)
+        weights = {k: v.detach().to("cpu").contiguous() for k, v in get_peft_model_state_dict(self.model).items()}
+        save_file(weights, directory / "adapter_model.safetensors", metadata={"format": "pt"})
+
+    def optimizer_snapshot(self) -> dict[str, Any]:
+        """A copy of the optimizer state that training can run past while it is written."""
+        import copy
+
+        return copy.deepcopy(self.optimizer.state_dict())
+
     def load(self, directory: Path, *, optimizer: bool = True) -> None:
         """Restores the adapter (and, to resume rather than fork, the optimizer state)."""
         from peft import set_peft_model_state_dict

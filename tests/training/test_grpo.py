@@ -83,3 +83,23 @@ def test_kl_is_reported_but_adds_nothing_when_beta_is_zero():
     loss, metrics = policy_loss(lp, lp.clone(), torch.tensor([0.0]), torch.ones(1, 1), ref_logprobs=ref)
     assert metrics["kl"] > 0
     assert loss.item() == 0.0
+
+
+def test_a_near_tie_stays_a_small_advantage_with_a_std_floor():
+    # 0.80 vs 0.81 is judge noise: std scaling makes it ±1, a floor of 0.1 keeps it at ±0.05.
+    assert group_advantages([0.80, 0.81], scale="std").tolist() == pytest.approx([-1.0, 1.0], abs=1e-3)
+    assert group_advantages([0.80, 0.81], scale="std_floor", std_floor=0.1).tolist() == pytest.approx([-0.05, 0.05])
+    # Above the floor it is plain std scaling.
+    assert group_advantages([0.0, 1.0], scale="std_floor", std_floor=0.1).tolist() == pytest.approx([-1.0, 1.0])
+
+
+def test_the_scaling_choices_are_explicit_and_stored_booleans_still_load():
+    from training.config import GRPOConfig
+
+    assert GRPOConfig(scale_rewards=True).scale_rewards == "std"
+    assert GRPOConfig(scale_rewards=False).scale_rewards == "none"
+    assert GRPOConfig.model_validate_json('{"scale_rewards": "none"}').scale_rewards == "none"
+    with pytest.raises(ValueError, match="scale_rewards"):
+        GRPOConfig(scale_rewards="max")
+    with pytest.raises(ValueError, match="unknown advantage scaling"):
+        group_advantages([0.0, 1.0], scale="max")
