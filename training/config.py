@@ -55,6 +55,8 @@ class SamplingConfig(_Strict):
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     max_tokens: int = Field(64, ge=1, le=32768, description="Per assistant turn.")
+    ignore_eos: bool = Field(False, description="Sample past the end-of-turn token up to max_tokens (vLLM's "
+                             "`ignore_eos`): fixed-length turns, for benchmarks.")
 
 
 class EnvironmentConfig(_Strict):

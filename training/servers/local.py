@@ -2,7 +2,7 @@
 
 It serves the same contract as `vllm serve --enable-lora` where the engine depends on it:
   GET  /health, GET /v1/models
-  POST /v1/chat/completions   (n, temperature, top_p, max_tokens, stop, seed, tools, logprobs,
+  POST /v1/chat/completions   (n, temperature, top_p, max_tokens, stop, seed, tools, logprobs, ignore_eos,
                                return_token_ids -> prompt_token_ids and per-choice token_ids)
   POST /v1/load_lora_adapter  {"lora_name", "lora_path"}   POST /v1/unload_lora_adapter {"lora_name"}
 Concurrent requests for the same model (base or adapter) are sampled together in one batch, as vLLM batches:
@@ -48,6 +48,7 @@ class Job:
     temperature: float
     top_p: float
     seed: int | None
+    ignore_eos: bool = False
     future: Future = field(default_factory=Future)
 
 
@@ -162,7 +163,8 @@ class Engine:
                     nxt = self.jobs.get(timeout=left)
                 except queue.Empty:
                     break
-                if isinstance(nxt, tuple) or nxt.model != item.model or nxt.seed is not None:
+                if isinstance(nxt, tuple) or (nxt.model, nxt.ignore_eos) != (item.model, item.ignore_eos) \
+                        or nxt.seed is not None:
                     self.jobs.put(nxt)  # adapter changes and other models wait for the next round
                     break
                 batch.append(nxt)
@@ -185,7 +187,7 @@ class Engine:
         kwargs = dict(
             prompts=[j.prompt for j in batch], max_tokens=[j.max_tokens for j in batch],
             temperature=[j.temperature for j in batch], top_p=[j.top_p for j in batch],
-            stop_ids={self.tokenizer.eos_token_id}, pad_id=self.tokenizer.pad_token_id, generator=generator,
+            stop_ids=set() if batch[0].ignore_eos else {self.tokenizer.eos_token_id}, pad_id=self.tokenizer.pad_token_id, generator=generator,
         )
         if batch[0].model == self.served_name:
             # Unloaded adapters keep their LoRA modules (free slots), so the base is always served through
@@ -229,7 +231,8 @@ class Engine:
         temperature = float(body.get("temperature", 1.0) if body.get("temperature") is not None else 1.0)
         top_p = float(body.get("top_p") or 1.0)
         jobs = [Job(model, prompt_ids, int(max_tokens), temperature, top_p,
-                    None if body.get("seed") is None else int(body["seed"]) + i) for i in range(n)]
+                    None if body.get("seed") is None else int(body["seed"]) + i, bool(body.get("ignore_eos")))
+                for i in range(n)]
         for job in jobs:
             self.jobs.put(job)
         samples = [job.future.result() for job in jobs]
