@@ -1,11 +1,13 @@
 """Peer benchmark: one GRPO step of ours against TRL 1.16's GRPOTrainer on the same workload, interleaved.
 
-    python -m bench.peer_bench [--rounds 3] [--steps 12] [--warmup 2] [--lr 3e-3]
+    python -m bench.peer_bench [--rounds 3] [--steps 12] [--warmup 2] [--lr 3e-3] [--threads 2]
     (`make bench` runs it; `make trl-venv` builds .venv-trl with TRL 1.16.0 pinned, $TRL_PYTHON points at it)
 
 Workload (both sides): the tiny Qwen2 the project builds, 1 prompt x 8 completions x exactly 32 tokens
 (ours: `sampling.ignore_eos`; TRL: `min_new_tokens`), LoRA r=8 alpha 16 on all linear layers, beta 0, one
-update per generation, constant learning rate, std-scaled advantages, float32 on CPU, 2 threads each.
+update per generation, constant learning rate, std-scaled advantages, float32 on CPU, 2 threads each
+(`--threads`: on a machine busy with other work, torch's multi-threaded kernels stall on descheduled threads
+and 1 thread gives steadier numbers).
 Reward: the share of the completion's characters that are TARGET, the same function on both sides.
 
 Each round runs TRL for `--steps` steps and then ours (the order flips every round, so neither always runs on
@@ -28,7 +30,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-os.environ["OMP_NUM_THREADS"] = "2"  # both sides, before torch is imported (here and in every child)
 for _key, _value in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
                      "HF_HUB_DISABLE_PROGRESS_BARS": "1"}.items():
     os.environ.setdefault(_key, _value)
@@ -48,8 +49,9 @@ def toy_reward(text: str) -> float:
     return text.count(TARGET) / max(len(text), 1)
 
 
-def run_trl(python: str, steps: int, lr: float, seed: int, out: Path) -> list[dict[str, Any]]:
-    command = [python, str(ROOT / "bench" / "trl_side.py"), "--model", str(MODEL_DIR), "--steps", str(steps),
+def run_trl(python: str, steps: int, lr: float, seed: int, out: Path, threads: int) -> list[dict[str, Any]]:
+    command = [python, str(ROOT / "bench" / "trl_side.py"), "--threads", str(threads), "--model", str(MODEL_DIR),
+               "--steps", str(steps),
                "--lr", str(lr), "--prompt", PROMPT, "--target", TARGET, "--seed", str(seed), "--out", str(out)]
     done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
     if done.returncode != 0:
@@ -65,7 +67,7 @@ def run_trl(python: str, steps: int, lr: float, seed: int, out: Path) -> list[di
              "reward_mean": first["reward_mean"]}] + rows
 
 
-def run_ours(steps: int, lr: float, seed: int, out: Path) -> list[dict[str, Any]]:
+def run_ours(steps: int, lr: float, seed: int, out: Path, threads: int) -> list[dict[str, Any]]:
     import shutil
 
     import torch
@@ -75,7 +77,7 @@ def run_ours(steps: int, lr: float, seed: int, out: Path) -> list[dict[str, Any]
     from training.loop import run
     from training.types import Score
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(threads)
     shutil.rmtree(out, ignore_errors=True)
     config = RunConfig.model_validate({
         "name": "peer", "base_model": str(MODEL_DIR), "scenarios": [{"id": "board", "user_message": PROMPT}],
@@ -113,7 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)  # both sides, before torch is imported (and in children)
     python = os.environ.get("TRL_PYTHON") or str(ROOT / ".venv-trl" / "bin" / "python")
     if not Path(python).exists():
         raise SystemExit(f"no TRL interpreter at {python}; run `make trl-venv` (or set TRL_PYTHON)")
@@ -126,13 +130,14 @@ def main(argv: list[str] | None = None) -> int:
         for side in order:
             progress(f"round {r + 1}/{args.rounds}: {side}")
             out = ROOT / "var" / "bench" / "peer" / f"{side}-{r}"
-            rows = (run_trl(python, args.steps, args.lr, r, out) if side == "trl"
-                    else run_ours(args.steps, args.lr, r, out))
+            rows = (run_trl(python, args.steps, args.lr, r, out, args.threads) if side == "trl"
+                    else run_ours(args.steps, args.lr, r, out, args.threads))
             runs[side].append(rows)
     timed = {side: [row for rows in side_runs for row in rows[args.warmup:]] for side, side_runs in runs.items()}
     summary: dict[str, Any] = {}
-    print(f"GRPO step, TRL 1.16.0 vs ours: 1 prompt x 8 x 32 tokens, LoRA r8 all-linear, beta 0, CPU 2 threads; "
-          f"{args.rounds} interleaved rounds x {args.steps} steps, first {args.warmup} untimed; medians")
+    print(f"GRPO step, TRL 1.16.0 vs ours: 1 prompt x 8 x 32 tokens, LoRA r8 all-linear, beta 0, "
+          f"CPU {args.threads} thread(s); {args.rounds} interleaved rounds x {args.steps} steps, "
+          f"first {args.warmup} untimed; medians")
     print(f"{'component':<14}{'TRL s':>9}{'ours s':>9}{'TRL/ours':>10}")
     for key, label in (("generation_s", "generation"), ("optimisation_s", "optimisation"), ("full_s", "full step")):
         trl, ours = median(timed["trl"], key), median(timed["ours"], key)
@@ -143,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     summary["ours_overhead"] = {"seconds": overhead, "share_of_step": overhead / full,
                                 "save_load_s": median(timed["ours"], "save_load_s")}
     print(f"our engine overhead (step - generation - optimisation): {overhead * 1000:.1f} ms = "
-          f"{100 * overhead / full:.1f} % of the step (adapter save + hand-off {1000 * median(timed['ours'], 'save_load_s'):.1f} ms)")
+          f"{100 * overhead / full:.1f} % of the step "
+          f"(adapter save + hand-off {1000 * median(timed['ours'], 'save_load_s'):.1f} ms)")
     curves = {side: [statistics.fmean(rows[i]["reward_mean"] for rows in side_runs) for i in range(args.steps)]
               for side, side_runs in runs.items()}
     k = max(1, args.steps // 4)

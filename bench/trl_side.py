@@ -29,8 +29,9 @@ def main() -> int:
     parser.add_argument("--target", required=True)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
 
     from datasets import Dataset
     from peft import LoraConfig
@@ -74,7 +75,8 @@ def main() -> int:
     class Report(TrainerCallback):
         def on_step_end(self, _args, state, _control, **_: object) -> None:
             print(json.dumps({"step": state.global_step, "end": time.monotonic(),
-                              "generation_s": timing["generation_s"], "reward_mean": timing["reward_mean"]}), flush=True)
+                              "generation_s": timing["generation_s"], "reward_mean": timing["reward_mean"]}),
+                  flush=True)
             timing["generation_s"] = 0.0
 
     trainer.add_callback(Report())
