@@ -9,7 +9,7 @@ from typing import Sequence
 import torch
 
 
-def group_advantages(rewards: Sequence[float] | torch.Tensor, *, scale: bool | str = "std", std_floor: float = 0.1,
+def group_advantages(rewards: Sequence[float] | torch.Tensor, *, scale: bool | str = "none", std_floor: float = 0.1,
                      eps: float = 1e-6) -> torch.Tensor:
     """rewards [G] -> advantages [G]: r - mean(r), then by `scale`:
 
