@@ -73,16 +73,17 @@ def test_each_step_trains_checkpoints_and_serves_the_new_adapter(tiny_model_dir,
 
 @register("late_2048")
 class Late2048(Game2048Environment):
-    """The second scenario it sees finishes its rollouts 0.5 s after the first."""
+    """The second scenario it sees hands back its rollouts 0.6 s after they finished."""
 
     seen: list[str] = []
 
     async def rollout(self, client, model, scenario, config):
         if scenario.id not in self.seen:
             self.seen.append(scenario.id)
-        if self.seen.index(scenario.id) == 1:
-            await asyncio.sleep(0.5)
-        return await super().rollout(client, model, scenario, config)
+        trajectory = await super().rollout(client, model, scenario, config)
+        if self.seen.index(scenario.id) % 2 == 1:
+            await asyncio.sleep(0.6)
+        return trajectory
 
 
 def test_scoring_time_is_the_wall_time_of_scoring_not_the_sum_of_concurrent_scorings(tiny_model_dir, tmp_path):
@@ -215,6 +216,17 @@ def test_cancel_stops_after_the_current_step(tiny_model_dir, tmp_path):
     summary = run(small_config(tiny_model_dir, tmp_path, steps=3), sink=sink, control=control)
     assert summary.status == "cancelled" and summary.steps_done == 1
     assert len(events.of(StepFinished)) == 1
+
+
+def test_a_cancelled_run_writes_its_optimizer_state_so_it_resumes_exactly(tiny_model_dir, tmp_path):
+    control = StaticControl()
+
+    def sink(event):
+        if isinstance(event, StepFinished):
+            control.set("cancel")
+
+    run(small_config(tiny_model_dir, tmp_path, steps=3, checkpoint_every=10), sink=sink, control=control)
+    assert (tmp_path / "checkpoints" / "step_0001" / "optimizer.pt").exists()  # not a multiple of 10: on cancel
 
 
 def test_pause_holds_the_loop_until_resumed(tiny_model_dir, tmp_path):
