@@ -118,16 +118,19 @@ class Engine:
         slot = next((peft for s, peft in self.free_slots if s == shape), None)
         if slot is None:
             return None
-        from peft import set_peft_model_state_dict
         from safetensors.torch import load_file
 
         weights_file = path / "adapter_model.safetensors"
         if not weights_file.exists():
             raise ApiError(404, f"Loading lora failed: No adapter weights found in {path}")
-        result = set_peft_model_state_dict(self.model, load_file(weights_file, device=self.device),
-                                           adapter_name=slot)
-        if any(f".{slot}." in k for k in result.missing_keys):  # a slot weight the file lacks: another shape
-            return None
+        weights = load_file(weights_file, device=self.device)
+        # The slot's parameters under the names the file uses (peft saves them without the adapter's name).
+        params = {name.replace(f".{slot}.", "."): p for name, p in self.model.named_parameters() if f".{slot}." in name}
+        if params.keys() != weights.keys() or any(params[k].shape != w.shape for k, w in weights.items()):
+            return None  # not the same shape after all: it gets modules of its own
+        with self.torch.no_grad():
+            for key, w in weights.items():
+                params[key].copy_(w)
         self.free_slots.remove((shape, slot))
         return slot
 
@@ -187,7 +190,8 @@ class Engine:
         kwargs = dict(
             prompts=[j.prompt for j in batch], max_tokens=[j.max_tokens for j in batch],
             temperature=[j.temperature for j in batch], top_p=[j.top_p for j in batch],
-            stop_ids=set() if batch[0].ignore_eos else {self.tokenizer.eos_token_id}, pad_id=self.tokenizer.pad_token_id, generator=generator,
+            stop_ids=set() if batch[0].ignore_eos else {self.tokenizer.eos_token_id},
+            pad_id=self.tokenizer.pad_token_id, generator=generator,
         )
         if batch[0].model == self.served_name:
             # Unloaded adapters keep their LoRA modules (free slots), so the base is always served through
