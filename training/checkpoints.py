@@ -1,13 +1,16 @@
-"""Checkpoints on disk: `<output_dir>/checkpoints/step_NNNN/` holds the adapter after training step N, the
-optimizer state and `state.json` (step, adapter name, metrics). A checkpoint is written under a temporary name
-and renamed when complete, so a killed process never leaves a half checkpoint that resume would trust.
+"""Checkpoints on disk: `<output_dir>/checkpoints/step_NNNN/` holds the adapter after training step N and
+`state.json` (step, adapter name); every `checkpoint_every` steps, and whenever a run stops, also the optimizer
+state (`optimizer.pt`). A checkpoint is written under a temporary name and renamed when complete, so a killed
+process never leaves a half checkpoint that resume would trust; the optimizer file is renamed into place too.
 """
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 @dataclass
@@ -42,3 +45,19 @@ def latest_checkpoint(output_dir: Path) -> Checkpoint | None:
 def commit_checkpoint(staging: Path, final: Path) -> None:
     shutil.rmtree(final, ignore_errors=True)
     staging.rename(final)
+
+
+def latest_optimizer_state(output_dir: Path, step: int) -> Path | None:
+    """The newest checkpoint at or before `step` that holds an optimizer state."""
+    for s in range(step, 0, -1):
+        if (checkpoint_dir(output_dir, s) / "optimizer.pt").exists():
+            return checkpoint_dir(output_dir, s)
+    return None
+
+
+def save_state(state: Any, path: Path) -> None:
+    import torch
+
+    partial = path.with_suffix(".partial")
+    torch.save(state, partial)
+    os.replace(partial, path)

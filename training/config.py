@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from training.errors import TrainingError
 from training.evaluation import EvaluationConfig
@@ -57,6 +57,8 @@ class SamplingConfig(_Strict):
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     max_tokens: int = Field(64, ge=1, le=32768, description="Per assistant turn.")
+    ignore_eos: bool = Field(False, description="Sample past the end-of-turn token up to max_tokens (vLLM's "
+                             "`ignore_eos`): fixed-length turns, for benchmarks.")
 
 
 class EnvironmentConfig(_Strict):
@@ -77,7 +79,12 @@ class GRPOConfig(_Strict):
     group_size: int = Field(8, ge=2, le=256, description="Trajectories per scenario (N).")
     groups_per_step: int = Field(4, ge=1, description="Scenarios rolled out per step.")
     learning_rate: float = Field(1e-5, gt=0.0)
-    scale_rewards: bool = Field(True, description="Divide advantages by the group's std.")
+    scale_rewards: Literal["none", "std", "std_floor"] = Field(
+        "none", description="none: advantages are r - mean (Dr. GRPO; the default, chosen by measurement with a "
+        "noisy judge, docs/engine.md); std: divided by the group's std, which turns near-ties into ±1; "
+        "std_floor: divided by max(std, std_floor). Stored true/false read as std/none."
+    )
+    std_floor: float = Field(0.1, gt=0.0, description="The smallest divisor of std_floor scaling (reward units).")
     eps_low: float = Field(0.2, ge=0.0, lt=1.0)
     eps_high: float = Field(0.2, ge=0.0)
     beta: float = Field(0.0, ge=0.0, description="KL weight to the base model (adapter disabled); 0 = off.")
@@ -90,6 +97,12 @@ class GRPOConfig(_Strict):
         "Sequences are bucketed by length, so short ones share a pass and padding stays small."
     )
     epochs_per_step: int = Field(1, ge=1, description="Optimizer passes over each step's batch.")
+
+    @field_validator("scale_rewards", mode="before")
+    @classmethod
+    def _stored_booleans(cls, value: Any) -> Any:
+        # Configs stored before the choice existed hold true/false.
+        return {True: "std", False: "none"}.get(value, value) if isinstance(value, bool) else value
 
 
 class TrainerConfig(_Strict):
@@ -143,6 +156,11 @@ class RunConfig(_Strict):
     max_scoring_failures: float = Field(
         0.5, ge=0.0, le=1.0, description="Fail the step when the scorer fails on more than this fraction of "
         "groups (a judge that is down must not let a run 'complete' without training)."
+    )
+    checkpoint_every: int = Field(
+        10, ge=1, description="Write the optimizer state every N steps (and whenever the run stops). Every "
+        "step's adapter is always written, so the newest step is resumable; a killed run resumes the optimizer "
+        "from at most N-1 steps earlier."
     )
     init_checkpoint: str | None = Field(
         None, description="Start from this checkpoint's adapter (a fork of another run); its optimizer is not reused."

@@ -10,16 +10,26 @@ import torch
 import torch.utils.checkpoint
 
 
-def group_advantages(rewards: Sequence[float] | torch.Tensor, *, scale: bool = True, eps: float = 1e-6) -> torch.Tensor:
-    """rewards [G] -> advantages [G]: r - mean(r), divided by (population std + eps) when `scale`.
+def group_advantages(rewards: Sequence[float] | torch.Tensor, *, scale: bool | str = "none", std_floor: float = 0.1,
+                     eps: float = 1e-6) -> torch.Tensor:
+    """rewards [G] -> advantages [G]: r - mean(r), then by `scale`:
 
+    "none" (or False): left as is (Dr. GRPO); "std" (or True): divided by (population std + eps);
+    "std_floor": divided by max(std, std_floor), so a near-tie such as 0.80 vs 0.81 stays a small advantage
+    instead of becoming ±1 (std scaling blows judge noise up to full-size signals).
     A group whose rewards are all equal gets all-zero advantages: it carries no learning signal.
     """
+    mode = {True: "std", False: "none"}.get(scale, scale) if isinstance(scale, bool) else scale
     r = torch.as_tensor(rewards, dtype=torch.float32)  # [G]
     centered = r - r.mean()
-    if not scale:
+    if mode == "none":
         return centered
-    return centered / (r.std(unbiased=False) + eps)
+    std = r.std(unbiased=False)
+    if mode == "std":
+        return centered / (std + eps)
+    if mode == "std_floor":
+        return centered / torch.clamp(std, min=std_floor)
+    raise ValueError(f"unknown advantage scaling {scale!r}: none, std or std_floor")
 
 
 def policy_loss(

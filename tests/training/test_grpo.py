@@ -9,7 +9,7 @@ from training.grpo import group_advantages, policy_loss
 
 
 def test_advantages_are_centered_and_divided_by_population_std():
-    adv = group_advantages([1.0, 2.0, 3.0])
+    adv = group_advantages([1.0, 2.0, 3.0], scale="std")
     std = math.sqrt(2 / 3)
     assert adv.tolist() == pytest.approx([-1 / std, 0.0, 1 / std], abs=1e-5)
 
@@ -83,3 +83,36 @@ def test_kl_is_reported_but_adds_nothing_when_beta_is_zero():
     loss, metrics = policy_loss(lp, lp.clone(), torch.tensor([0.0]), torch.ones(1, 1), ref_logprobs=ref)
     assert metrics["kl"] > 0
     assert loss.item() == 0.0
+
+
+def test_a_near_tie_stays_a_small_advantage_under_the_default_config():
+    # Two answers a judge scored 0.80 and 0.81 differ by noise; std scaling (the old default) made them ±1.
+    from training.config import GRPOConfig
+    from training.loop import apply_scores
+    from training.types import Scenario, Trajectory, TrajectoryGroup
+
+    group = TrajectoryGroup(Scenario("s", "hi"), [Trajectory("s", []), Trajectory("s", [])])
+    for t, r in zip(group.trajectories, [0.80, 0.81]):
+        t.reward = r
+    apply_scores(group, GRPOConfig())
+    assert [t.advantage for t in group.trajectories] == pytest.approx([-0.005, 0.005], abs=1e-6)
+
+
+def test_a_near_tie_stays_a_small_advantage_with_a_std_floor():
+    # 0.80 vs 0.81 is judge noise: std scaling makes it ±1, a floor of 0.1 keeps it at ±0.05.
+    assert group_advantages([0.80, 0.81], scale="std").tolist() == pytest.approx([-1.0, 1.0], abs=1e-3)
+    assert group_advantages([0.80, 0.81], scale="std_floor", std_floor=0.1).tolist() == pytest.approx([-0.05, 0.05])
+    # Above the floor it is plain std scaling.
+    assert group_advantages([0.0, 1.0], scale="std_floor", std_floor=0.1).tolist() == pytest.approx([-1.0, 1.0])
+
+
+def test_the_scaling_choices_are_explicit_and_stored_booleans_still_load():
+    from training.config import GRPOConfig
+
+    assert GRPOConfig(scale_rewards=True).scale_rewards == "std"
+    assert GRPOConfig(scale_rewards=False).scale_rewards == "none"
+    assert GRPOConfig.model_validate_json('{"scale_rewards": "none"}').scale_rewards == "none"
+    with pytest.raises(ValueError, match="scale_rewards"):
+        GRPOConfig(scale_rewards="max")
+    with pytest.raises(ValueError, match="unknown advantage scaling"):
+        group_advantages([0.0, 1.0], scale="max")

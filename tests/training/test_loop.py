@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -74,6 +75,45 @@ def test_each_step_trains_checkpoints_and_serves_the_new_adapter(tiny_model_dir,
     assert step["trained_sequences"] == 8
     assert step["clip_fraction"] is None  # one epoch per step: the ratio is 1, so clipping carries no information
     assert summary.last_checkpoint.step == 2
+
+
+@register("late_2048")
+class Late2048(Game2048Environment):
+    """The second scenario it sees hands back its rollouts 0.6 s after they finished."""
+
+    seen: list[str] = []
+
+    async def rollout(self, client, model, scenario, config):
+        if scenario.id not in self.seen:
+            self.seen.append(scenario.id)
+        trajectory = await super().rollout(client, model, scenario, config)
+        if self.seen.index(scenario.id) % 2 == 1:
+            await asyncio.sleep(0.6)
+        return trajectory
+
+
+def test_scoring_time_is_the_wall_time_of_scoring_not_the_sum_of_concurrent_scorings(tiny_model_dir, tmp_path):
+    spans = []
+
+    async def slow_judge(group):
+        start = time.monotonic()
+        await asyncio.sleep(1.0)
+        spans.append((start, time.monotonic()))
+        return [Score(reward=i / len(group.trajectories)) for i in range(len(group.trajectories))]
+
+    config = small_config(tiny_model_dir, tmp_path, steps=1, environment={"kind": "late_2048"})
+    summary = run(config, scorer=slow_judge)
+    (a_start, a_end), (b_start, b_end) = sorted(spans)
+    assert a_start + 0.2 < b_start < a_end  # the two scorings overlap in part: their sum is not their wall time
+    assert summary.history[0]["time_scoring_s"] == pytest.approx(b_end - a_start, abs=0.15)
+
+
+def test_every_step_keeps_its_adapter_and_the_optimizer_state_is_written_every_n_steps_and_at_the_end(
+        tiny_model_dir, tmp_path):
+    run(small_config(tiny_model_dir, tmp_path, steps=3, checkpoint_every=2), scorer=by_position)
+    steps = [tmp_path / "checkpoints" / f"step_{n:04d}" for n in (1, 2, 3)]
+    assert all((p / "adapter_model.safetensors").exists() and (p / "state.json").exists() for p in steps)
+    assert [(p / "optimizer.pt").exists() for p in steps] == [False, True, True]  # every 2nd, and the last
 
 
 def test_groups_with_equal_rewards_are_reported_as_skipped_and_the_step_still_advances(tiny_model_dir, tmp_path):
@@ -215,6 +255,17 @@ def test_cancel_stops_after_the_current_step(tiny_model_dir, tmp_path):
     summary = run(small_config(tiny_model_dir, tmp_path, steps=3), sink=sink, control=control)
     assert summary.status == "cancelled" and summary.steps_done == 1
     assert len(events.of(StepFinished)) == 1
+
+
+def test_a_cancelled_run_writes_its_optimizer_state_so_it_resumes_exactly(tiny_model_dir, tmp_path):
+    control = StaticControl()
+
+    def sink(event):
+        if isinstance(event, StepFinished):
+            control.set("cancel")
+
+    run(small_config(tiny_model_dir, tmp_path, steps=3, checkpoint_every=10), sink=sink, control=control)
+    assert (tmp_path / "checkpoints" / "step_0001" / "optimizer.pt").exists()  # not a multiple of 10: on cancel
 
 
 def test_pause_holds_the_loop_until_resumed(tiny_model_dir, tmp_path):

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
+import httpx
 import pytest
 from openai import AsyncOpenAI
 
@@ -88,3 +90,32 @@ def test_asking_for_a_model_the_server_does_not_serve_is_an_error(server):
 
     with pytest.raises(Exception, match="does not exist"):
         asyncio.run(go())
+
+
+def test_a_groups_identical_first_turns_reach_the_server_as_one_request_with_n_choices(server):
+    from training.loop import rollout_group
+
+    sent = []
+
+    async def count(request):
+        if request.url.path.endswith("/chat/completions"):
+            sent.append(json.loads(request.content)["n"] if b'"n"' in request.content else 1)
+
+    env = get_environment("game_2048")
+    config = RolloutConfig(DEMO_SYSTEM_PROMPT, SamplingConfig(max_tokens=12), parse_options(env, {"max_turns": 1}))
+    scenario = Scenario(id="g", user_message=DEMO_USER_MESSAGE, metadata={"seed": 3})
+
+    async def go():
+        async with httpx.AsyncClient(event_hooks={"request": [count]}) as http:
+            client = AsyncOpenAI(base_url=server.base_url, api_key="unused", http_client=http)
+            return await rollout_group(env, client, server.model_name, scenario, config, 8)
+
+    group = asyncio.run(go())
+    assert sent == [8]  # one request for the eight identical first turns
+    assert len(group.trajectories) == 8 and not group.errors
+    for t in group.trajectories:  # each trajectory is shaped as if it had asked alone
+        assert [m["role"] for m in t.messages][:3] == ["system", "user", "assistant"]
+        assert [m["role"] for m in t.messages].count("assistant") == 1
+        assert len(t.turn_token_ids) == 1 and t.turn_token_ids[0]
+        assert t.completion_tokens == len(t.turn_token_ids[0])
+        assert t.env_reward is not None

@@ -198,3 +198,53 @@ def test_a_hot_loaded_adapter_raises_the_logprob_of_the_turn_it_rewarded(
     # while the base model, served next to the adapter, is untouched.
     assert token_ids(base_after) == base_ids
     assert [t.logprob for t in base_after.logprobs.content] == pytest.approx(before, abs=1e-4)
+
+
+def test_n_choices_from_an_adapter_answer_as_that_adapter(
+        server: InferenceServer, client: openai.OpenAI, trained_adapter: Path) -> None:
+    server.load_adapter("group@1", trained_adapter)
+    try:
+        response = client.chat.completions.create(model="group@1", messages=MESSAGES, n=8, temperature=1.0,
+                                                  max_tokens=8, extra_body={"return_token_ids": True})
+    finally:
+        server.unload_adapter("group@1")
+    assert response.model == "group@1"
+    assert sorted(c.index for c in response.choices) == list(range(8))
+    assert all(0 < len(token_ids(c)) <= 8 for c in response.choices)
+    assert response.usage.completion_tokens == sum(len(token_ids(c)) for c in response.choices)
+
+
+@pytest.fixture(scope="module")
+def untrained_adapter(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh LoRA adapter (B = 0): it serves exactly what the base model serves."""
+    out = tmp_path_factory.mktemp("adapter") / "step-0"
+    Trainer(str(tiny_model_dir), LoraConfig(), GRPOConfig(), seed=1).save(out, {"step": 0})
+    return out
+
+
+def test_each_newly_loaded_version_serves_its_own_weights_never_the_previous_ones(
+        server: InferenceServer, client: openai.OpenAI, trained_adapter: Path, untrained_adapter: Path) -> None:
+    # The loop loads step N+1 and unloads step N every step; a server may reuse the unloaded one's memory,
+    # but what it serves under the new name must be the new weights.
+    base = [t.logprob for t in greedy(client, "base").logprobs.content]
+    served = {}
+    for step, adapter in enumerate([trained_adapter, untrained_adapter, trained_adapter, untrained_adapter], 1):
+        server.load_adapter(f"swap@{step}", adapter)
+        if step > 1:
+            server.unload_adapter(f"swap@{step - 1}")
+        served[step] = [t.logprob for t in greedy(client, f"swap@{step}").logprobs.content]
+    server.unload_adapter("swap@4")
+    assert server.models() == ["base"]
+    assert sum(served[1]) > sum(base) + 0.05  # trained
+    assert served[2] == pytest.approx(base, abs=1e-4)  # untrained: the base's own numbers, not step 1's
+    assert served[3] == pytest.approx(served[1], abs=1e-4)
+    assert served[4] == pytest.approx(base, abs=1e-4)
+    assert [t.logprob for t in greedy(client, "base").logprobs.content] == pytest.approx(base, abs=1e-4)
+
+
+def test_ignore_eos_samples_every_choice_to_max_tokens(client: openai.OpenAI) -> None:
+    # Fixed-length turns for benchmarks: even the greedy turn, which ends after a few tokens, runs to the limit.
+    response = client.chat.completions.create(model="base", messages=MESSAGES, n=4, temperature=0, max_tokens=32,
+                                              extra_body={"return_token_ids": True, "ignore_eos": True})
+    assert [len(token_ids(c)) for c in response.choices] == [32] * 4
+    assert {c.finish_reason for c in response.choices} == {"length"}

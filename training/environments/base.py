@@ -62,8 +62,8 @@ async def complete(client: Any, model: str, messages: list[Message], sampling: S
         kwargs["tools"] = tools
     response = await client.chat.completions.create(
         model=model, messages=messages, temperature=sampling.temperature, top_p=sampling.top_p,
-        max_tokens=sampling.max_tokens, logprobs=True, extra_body={"return_token_ids": True},
-        **kwargs,
+        max_tokens=sampling.max_tokens, logprobs=True,
+        extra_body={"return_token_ids": True, **({"ignore_eos": True} if sampling.ignore_eos else {})}, **kwargs,
     )
     if response.model != model:  # a server that quietly answers with another adapter would corrupt training
         raise TrainingError(f"asked the server for model {model!r} but it answered as {response.model!r}")

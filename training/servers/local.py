@@ -2,10 +2,13 @@
 
 It serves the same contract as `vllm serve --enable-lora` where the engine depends on it:
   GET  /health, GET /v1/models
-  POST /v1/chat/completions   (n, temperature, top_p, max_tokens, stop, seed, tools, logprobs,
+  POST /v1/chat/completions   (n, temperature, top_p, max_tokens, stop, seed, tools, logprobs, ignore_eos,
                                return_token_ids -> prompt_token_ids and per-choice token_ids)
   POST /v1/load_lora_adapter  {"lora_name", "lora_path"}   POST /v1/unload_lora_adapter {"lora_name"}
-Concurrent requests for the same model (base or adapter) are sampled together in one batch, as vLLM batches.
+Concurrent requests for the same model (base or adapter) are sampled together in one batch, as vLLM batches:
+the batch keeps collecting while requests keep arriving (a quiet gap closes it, a cap bounds the wait).
+An adapter loaded where an unloaded one of the same shape was is copied into that one's LoRA weights in place,
+which is much cheaper than building new peft modules; the served name is still the one the load asked for.
 
 Run: python -m training.servers.local --model DIR [--served-model-name NAME] [--port 8000] [--max-lora-rank 8]
 """
@@ -26,7 +29,9 @@ from pathlib import Path
 from typing import Any
 
 TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
-BATCH_WINDOW_S = 0.005  # how long the worker waits for more requests to join a batch
+BATCH_GAP_S = 0.01  # the batch closes when no request joined it for this long ...
+BATCH_CAP_S = 0.1  # ... or when it has waited this long
+FREE_SLOTS = 2  # unloaded adapters whose LoRA modules are kept to be refilled in place
 
 
 class ApiError(Exception):
@@ -43,6 +48,7 @@ class Job:
     temperature: float
     top_p: float
     seed: int | None
+    ignore_eos: bool = False
     future: Future = field(default_factory=Future)
 
 
@@ -64,6 +70,8 @@ class Engine:
         self.adapters: dict[str, str] = {}  # served name -> path
         # peft module names cannot hold "." (a run name may), so each adapter gets a plain internal name.
         self.peft_names: dict[str, str] = {}
+        self.free_slots: list[tuple[str, str]] = []  # (shape signature, peft name) of unloaded adapters
+        self.slot_shapes: dict[str, str] = {}  # peft name -> shape signature
         self.loaded_count = 0
         self.jobs: queue.Queue[Job | tuple] = queue.Queue()
         self.context = getattr(self.base.config, "max_position_embeddings", 2048)
@@ -84,25 +92,61 @@ class Engine:
         config_file = Path(path) / "adapter_config.json"
         if not config_file.exists():
             raise ApiError(404, f"Loading lora {name} failed: No adapter found for {path}")
-        rank = json.loads(config_file.read_text()).get("r", 0)
+        adapter_config = json.loads(config_file.read_text())
+        rank = adapter_config.get("r", 0)
         if rank > self.max_lora_rank:
             raise ApiError(400, f"LoRA rank {rank} is greater than max_lora_rank {self.max_lora_rank}.")
-        from peft import PeftModel
+        shape = json.dumps({k: sorted(v) if isinstance(v := adapter_config.get(k), list) else v for k in (
+            "r", "lora_alpha", "target_modules", "use_rslora", "use_dora", "bias", "modules_to_save",
+            "rank_pattern", "alpha_pattern", "layers_to_transform")}, sort_keys=True, default=str)
+        peft_name = self._refill(shape, Path(path))
+        if peft_name is None:
+            from peft import PeftModel
 
-        self.loaded_count += 1
-        peft_name = f"adapter{self.loaded_count}"
-        if self.model is self.base:
-            self.model = PeftModel.from_pretrained(self.base, path, adapter_name=peft_name).eval()
-        else:
-            self.model.load_adapter(path, adapter_name=peft_name)
+            self.loaded_count += 1
+            peft_name = f"adapter{self.loaded_count}"
+            if self.model is self.base:
+                self.model = PeftModel.from_pretrained(self.base, path, adapter_name=peft_name).eval()
+            else:
+                self.model.load_adapter(path, adapter_name=peft_name)
+            self.slot_shapes[peft_name] = shape
         self.adapters[name] = path
         self.peft_names[name] = peft_name
+
+    def _refill(self, shape: str, path: Path) -> str | None:
+        """Copies the adapter's weights into a free slot of the same shape; None when there is none."""
+        slot = next((peft for s, peft in self.free_slots if s == shape), None)
+        if slot is None:
+            return None
+        from safetensors.torch import load_file
+
+        weights_file = path / "adapter_model.safetensors"
+        if not weights_file.exists():
+            raise ApiError(404, f"Loading lora failed: No adapter weights found in {path}")
+        weights = load_file(weights_file, device=self.device)
+        # The slot's parameters under the names the file uses (peft saves them without the adapter's name).
+        params = {name.replace(f".{slot}.", "."): p for name, p in self.model.named_parameters() if f".{slot}." in name}
+        if params.keys() != weights.keys() or any(params[k].shape != w.shape for k, w in weights.items()):
+            return None  # not the same shape after all: it gets modules of its own
+        with self.torch.no_grad():
+            for key, w in weights.items():
+                params[key].copy_(w)
+        self.free_slots.remove((shape, slot))
+        return slot
 
     def unload_adapter(self, name: str) -> None:
         if name not in self.adapters:
             raise ApiError(404, f"The lora adapter '{name}' cannot be found.")
-        self.model.delete_adapter(self.peft_names.pop(name))
+        peft_name = self.peft_names.pop(name)
         del self.adapters[name]
+        # The name is gone from the served list at once; its LoRA modules wait to be refilled by the next load.
+        self.free_slots.append((self.slot_shapes[peft_name], peft_name))
+        while len(self.free_slots) > FREE_SLOTS:
+            _, oldest = self.free_slots.pop(0)
+            keep = next(iter(self.peft_names.values()), None) or self.free_slots[-1][1]
+            self.model.set_adapter(keep)  # never delete the active adapter (peft keeps a stale name then)
+            self.model.delete_adapter(oldest)
+            del self.slot_shapes[oldest]
 
     def _work(self) -> None:
         while True:
@@ -115,16 +159,19 @@ class Engine:
                     fut.set_exception(err)
                 continue
             batch = [item]
-            deadline = time.monotonic() + (BATCH_WINDOW_S if item.seed is None else 0)  # seeded: alone
+            opened = time.monotonic()
+            deadline = opened + (BATCH_GAP_S if item.seed is None else 0)  # seeded: alone
             while (left := deadline - time.monotonic()) > 0:
                 try:
                     nxt = self.jobs.get(timeout=left)
                 except queue.Empty:
                     break
-                if isinstance(nxt, tuple) or nxt.model != item.model or nxt.seed is not None:
+                if isinstance(nxt, tuple) or (nxt.model, nxt.ignore_eos) != (item.model, item.ignore_eos) \
+                        or nxt.seed is not None:
                     self.jobs.put(nxt)  # adapter changes and other models wait for the next round
                     break
                 batch.append(nxt)
+                deadline = min(time.monotonic() + BATCH_GAP_S, opened + BATCH_CAP_S)  # more may be on the way
             try:
                 samples = self._sample(batch)
             except Exception as err:  # noqa: BLE001
@@ -143,12 +190,13 @@ class Engine:
         kwargs = dict(
             prompts=[j.prompt for j in batch], max_tokens=[j.max_tokens for j in batch],
             temperature=[j.temperature for j in batch], top_p=[j.top_p for j in batch],
-            stop_ids={self.tokenizer.eos_token_id}, pad_id=self.tokenizer.pad_token_id, generator=generator,
+            stop_ids=set() if batch[0].ignore_eos else {self.tokenizer.eos_token_id},
+            pad_id=self.tokenizer.pad_token_id, generator=generator,
         )
         if batch[0].model == self.served_name:
-            # With no adapter left, peft's disable_adapter() fails on its stale active name; the LoRA layers
-            # it injected pass inputs straight to the base weights then, so the base module serves as is.
-            if self.model is self.base or not self.adapters:
+            # Unloaded adapters keep their LoRA modules (free slots), so the base is always served through
+            # disable_adapter(), never through the bare module, which would still apply the active slot.
+            if self.model is self.base:
                 return sample_batch(self.base, **kwargs)
             with self.model.disable_adapter():
                 return sample_batch(self.model, **kwargs)
@@ -187,7 +235,8 @@ class Engine:
         temperature = float(body.get("temperature", 1.0) if body.get("temperature") is not None else 1.0)
         top_p = float(body.get("top_p") or 1.0)
         jobs = [Job(model, prompt_ids, int(max_tokens), temperature, top_p,
-                    None if body.get("seed") is None else int(body["seed"]) + i) for i in range(n)]
+                    None if body.get("seed") is None else int(body["seed"]) + i, bool(body.get("ignore_eos")))
+                for i in range(n)]
         for job in jobs:
             self.jobs.put(job)
         samples = [job.future.result() for job in jobs]
