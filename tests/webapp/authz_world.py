@@ -2,11 +2,14 @@
 its own admin, and one object of every kind the URLs name. `url_kwargs` fills any URL of the app."""
 from __future__ import annotations
 
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from django.test import Client
+from django.utils.encoding import force_bytes
+from django.utils.http import urlsafe_base64_encode
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
@@ -15,7 +18,7 @@ from tests.webapp.factories import (
     scenario_set_factory, user_factory,
 )
 from webapp.live.ingest import run_event_ingest
-from webapp.models import Checkpoint, Rescore, Role, RunStatus, Trajectory
+from webapp.models import Checkpoint, Rescore, Role, RunStatus, Scenario, Trajectory
 
 # Lowest first. "admin" is the project's owner; "other_admin" owns another project; "anonymous" is logged out.
 ROLES = ("anonymous", "other_admin", "viewer", "reviewer", "editor", "admin")
@@ -44,13 +47,21 @@ class World:
         return client
 
 
+def _closed_port() -> int:
+    """A local port nothing listens on: a request to it is refused at once (no network, no hanging)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 def build_world(tmp_path: Path) -> World:
     project = project_factory()
     users = {"anonymous": None, "admin": project.owner,
              "other_admin": project_factory().owner}
     for role in ("viewer", "reviewer", "editor"):
         users[role] = member_factory(project=project, role=getattr(Role, role.upper()), user=user_factory())
-    judge = judge_factory(project=project)
+    # The judge's calls (test-judge, judge check) fail at once: its endpoint is a closed local port.
+    judge = judge_factory(project=project, api_base=f"http://127.0.0.1:{_closed_port()}/v1")
     rubric = rubric_factory(project=project)
     agent = agent_factory(project=project)
     scenario_set = scenario_set_factory(project=project)
@@ -63,6 +74,7 @@ def build_world(tmp_path: Path) -> World:
     run_event_ingest(run_id=run.id, event={"kind": "group_scored", "step": 1, "group_index": 0, "scenario_id": "s1",
                                            "trajectories": records, "reward_mean": 0.5, "reward_std": 0.3})
     trajectory = Trajectory.objects.filter(group__run=run).order_by("index").first()
+    scenario = Scenario.objects.filter(scenario_set=scenario_set, external_id="s1").order_by("id").first()
     checkpoint_dir = tmp_path / "checkpoint"
     checkpoint_dir.mkdir()
     (checkpoint_dir / "adapter_config.json").write_text("{}")
@@ -72,5 +84,7 @@ def build_world(tmp_path: Path) -> World:
     ids = {"project_id": project.id, "agent_id": agent.id, "scenario_set_id": scenario_set.id,
            "rubric_id": rubric.id, "judge_id": judge.id, "run_id": run.id, "group_id": trajectory.group_id,
            "trajectory_id": trajectory.id, "checkpoint_id": checkpoint.id, "rescore_id": rescore.id,
-           "scenario_id": "s1", "action": "pause", "user_id": users["viewer"].id}
+           "scenario_id": "s1", "scenario_pk": scenario.id, "action": "pause", "user_id": users["viewer"].id,
+           # an invite link for a real account whose token is wrong (or spent): the "link invalid" page
+           "uidb64": urlsafe_base64_encode(force_bytes(users["viewer"].pk)), "token": "spent-token"}
     return World(users=users, ids=ids)

@@ -43,26 +43,33 @@ EXPECTED: dict[str, Entry] = {
     # pages
     "project-list": page(get=("any", 200), post=("any", 400)),
     "project-detail": page(get=(V, 200)),
-    "project-member-add": page(post=(E, 302)),
+    "project-member-add": page(post=(E, 400)),  # re-rendered with the form's errors beside it
     "project-member-remove": page(post=(E, 302)),
     "agent-create": page(get=(E, 200), post=(E, 400)),
     "agent-edit": page(get=(E, 200), post=(E, 400)),
     "scenario-set-create": page(get=(E, 200), post=(E, 400)),
     "scenario-set-detail": page(get=(V, 200), post=(E, 400)),
+    "scenario-edit": page(get=(E, 200), post=(E, 400)),
+    "scenario-set-generate": page(get=(E, 200), post=(E, 200)),  # a POST without an action shows the page again
     "rubric-create": page(get=(E, 200), post=(E, 400)),
     "rubric-detail": page(get=(V, 200), post=(E, 400)),
     "judge-create": page(get=(E, 200), post=(E, 400)),
     "judge-edit": page(get=(E, 200), post=(E, 400)),
+    "judge-test": page(post=(E, 200)),  # the failed call is the result (the world's judge port is closed)
+    "judge-check": page(get=(E, 200), post=(E, 400)),  # the judge's failure shown as the form's error
     "run-list": page(get=(V, 200)),
     "run-launch": page(get=(E, 200), post=(E, 400)),
     "run-detail": page(get=(V, 200)),
     "run-header": page(get=(V, 200)),
     "run-steps": page(get=(V, 200)),
     "run-checkpoints": page(get=(V, 200)),
+    "checkpoint-evaluate": page(post=(E, 302)),  # back to the run page, with the outcome in the message bar
     "run-groups": page(get=(V, 200)),
     "run-review": page(get=(V, 200)),
     "run-approve": page(post=(R, 302)),
     "run-compare": page(get=(V, 200)),
+    "runs-compare": page(get=(V, 200)),  # read-only pages refuse POST (405)
+    "run-export": page(get=(V, 200)),  # read-only pages refuse POST (405)
     "run-scenario": page(get=(V, 200)),
     "run-control": page(post=(E, 302)),
     "group-detail": page(get=(V, 200)),
@@ -77,6 +84,7 @@ EXPECTED: dict[str, Entry] = {
     # API
     "api:api-token": api(post=("public", 400)),
     "api:api-schema": api(get=("public", 200)),  # the OpenAPI schema documents, it reveals no data
+    "api:api-docs": api(get=("public", 200)),  # the Swagger UI page for that schema, served locally
     "api:api-root": api(get=("any", 200)),
     "api:project-list": api(get=("any", 200), post=("any", 400)),
     "api:project-detail": api(get=(V, 200)),
@@ -116,8 +124,12 @@ EXPECTED: dict[str, Entry] = {
     # pages anyone may open
     "login": page(get=("public", 200), post=("public", 200)),
     "logout": page(post=("public", 302)),
+    "invite-accept": page(get=("public", 200), post=("public", 200)),  # a wrong/spent token: "link invalid" page
 }
-PUBLIC_PAGES = {"login", "logout"}
+PUBLIC_PAGES = {"login", "logout", "invite-accept"}
+# URL arguments that name another of the world's ids than their own name (scenario-edit's scenario_id is the
+# scenario's primary key; run-scenario's is the external id the run knows it by).
+ARG_IDS = {"scenario-edit": {"scenario_id": "scenario_pk"}}
 QUERY = {"api:run-compare": "?t={trajectory_id}", "run-compare": "?t={trajectory_id}"}  # what they compare
 # The API router's ids → the world's objects.
 API_PK = {"project": "project_id", "agent": "agent_id", "scenario-set": "scenario_set_id", "rubric": "rubric_id",
@@ -148,7 +160,7 @@ ROUTES = _routes()
 
 def _path(name: str, world: World) -> str:
     template, args = ROUTES[name]
-    values = {arg: world.ids[_api_pk(name) if arg == "pk" else arg] for arg in args}
+    values = {arg: world.ids[_api_pk(name) if arg == "pk" else ARG_IDS.get(name, {}).get(arg, arg)] for arg in args}
     path = re.sub(r"\(\?P<(\w+)>[^)]*\)", lambda m: str(values[m.group(1)]), template)
     path = re.sub(r"<(?:\w+:)?(\w+)>", lambda m: str(values[m.group(1)]), path)
     return "/" + path + QUERY.get(name, "").format(**world.ids)
@@ -185,6 +197,8 @@ def test_every_url_has_an_entry_and_every_entry_a_url():
 
 @pytest.fixture
 def world(tmp_path) -> World:
+    # The world's judge listens on a closed local port: its calls are refused (the judge check retries them with
+    # backoff, some seconds per allowed POST), never sent off this machine.
     return build_world(tmp_path)
 
 

@@ -215,6 +215,7 @@ def playground_save(request: HttpRequest, rescore_id: int) -> HttpResponse:
 
 
 @login_required
+@require_safe
 def runs_compare(request: HttpRequest, project_id: int) -> HttpResponse:
     """Several runs' reward and agreement curves overlaid: ?run=<id>&run=<id>…"""
     project = selectors.project_get(user=request.user, project_id=project_id)
@@ -226,6 +227,7 @@ def runs_compare(request: HttpRequest, project_id: int) -> HttpResponse:
 
 
 @login_required
+@require_safe
 def run_export(request: HttpRequest, run_id: int) -> HttpResponse:
     """Scored groups as JSONL for `python -m judging score` (?step=N for one step)."""
     run = selectors.run_get(user=request.user, run_id=run_id)
