@@ -87,11 +87,14 @@ class LengtheningPolicy(BaseHTTPRequestHandler):
             return self._send({})
         model = body["model"]
         step = int(model.split("@")[1]) if "@" in model else 0
-        words = 3 + 6 * step * step + next(self.counter) % 4  # distinct lengths within a group: a spread to learn
-        text = " ".join(f"w{i}" for i in range(words))
-        self._send({"id": "x", "object": "chat.completion", "created": 0, "model": model,
-                    "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
-                    "usage": {"prompt_tokens": 1, "completion_tokens": words, "total_tokens": words + 1}})
+        choices, total = [], 0
+        for index in range(body.get("n", 1)):  # a group's identical turns arrive as one request with n choices
+            words = 3 + 6 * step * step + next(self.counter) % 4  # distinct lengths within a group: a spread
+            total += words
+            choices.append({"index": index, "finish_reason": "stop",
+                            "message": {"role": "assistant", "content": " ".join(f"w{i}" for i in range(words))}})
+        self._send({"id": "x", "object": "chat.completion", "created": 0, "model": model, "choices": choices,
+                    "usage": {"prompt_tokens": 1, "completion_tokens": total, "total_tokens": total + 1}})
 
 
 @pytest.fixture
