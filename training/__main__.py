@@ -120,7 +120,12 @@ def main(argv: list[str] | None = None) -> int:
             build_tiny_model(Path(args.dir), seed=args.seed)
             return 0
         if args.command == "run":
-            return run_config(load_run_config(args.config))
+            from training.preflight import preflight
+
+            config = load_run_config(args.config)
+            if problems := preflight(config):  # fail in a second, not after the server started
+                raise TrainingError("; ".join(problems))
+            return run_config(config)
         if args.command == "evaluate":
             import asyncio
 

@@ -245,3 +245,7 @@ LOGGING = {
 
 # The engine entry point the run process calls (async or sync `train(config, *, scorer, sink, control)`).
 STUDIO_ENGINE = env_str("STUDIO_ENGINE", "training.loop:train")
+# Where a run's base model is checked (training.preflight: it exists, loads, fits the run): "launch" in the web
+# request and again by the worker before it starts the engine; "worker" only there, where the web process cannot
+# see the workers' models (docker/compose.yml); "off" not at all.
+STUDIO_MODEL_CHECK = env_choice("STUDIO_MODEL_CHECK", "launch", ("launch", "worker", "off"))

@@ -17,6 +17,8 @@ os.environ.setdefault("STUDIO_CHANNEL_PREFIX", f"studio-test-{os.getpid()}")
 os.environ.setdefault("STUDIO_HEARTBEAT_S", "0.5")
 os.environ.setdefault("STUDIO_STALE_AFTER_S", "3")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+# Catalogue tests name placeholder models for a scripted engine; the tests of the model check turn it on.
+os.environ.setdefault("STUDIO_MODEL_CHECK", "off")
 
 from webapp.settings import *  # noqa: E402,F401,F403
 

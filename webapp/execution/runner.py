@@ -25,6 +25,7 @@ from webapp.live.ingest import run_event_ingest
 from webapp.models import Run, RunStatus
 from webapp.services.monitoring import run_monitor_pause_check
 from webapp.services.review import run_review_rewards
+from webapp.services.run_config import run_model_problems
 from webapp.services.runs import (
     run_claim, run_control_state, run_finish_after_engine, run_heartbeat, run_judge_budget_check,
 )
@@ -78,6 +79,17 @@ def gpu_worker_refusal(config: dict) -> str | None:
     return None
 
 
+def start_problems(config: dict, env: dict[str, str]) -> list[str]:
+    """What this worker lacks to run `config`, in plain sentences: the judge's key variable in the engine's
+    environment `env`, and (unless STUDIO_MODEL_CHECK is off) a base model that exists, loads and fits here."""
+    key = (config.get("judge") or {}).get("api_key_env")
+    problems = [f"the judge's key variable {key} is not set on this worker; set it in the worker's environment "
+                "and restart it, or store the key on the judge"] if key and not env.get(key) else []
+    if settings.STUDIO_MODEL_CHECK != "off":
+        problems += run_model_problems(config=config)
+    return problems
+
+
 def run_execute(*, run_id: int, worker: str) -> str:
     """Returns what happened: "skipped" when another worker owns the run (or it is no longer queued)."""
     if not run_claim(run_id=run_id, worker=worker):
@@ -88,14 +100,17 @@ def run_execute(*, run_id: int, worker: str) -> str:
     if refusal:
         run_event_ingest(run_id=run_id, event={"kind": "run_failed", "step": -1, "error": refusal})
         return Run.objects.values_list("status", flat=True).get(pk=run_id)
-    out_dir = Path(run.output_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    log_path = out_dir / "engine.log"
     try:
         env = engine_env(run)
     except ValueError as err:
         run_event_ingest(run_id=run_id, event={"kind": "run_failed", "step": -1, "error": str(err)})
         return "failed"
+    if problems := start_problems(run.config, env):  # at once, not after the server started or a step sampled
+        run_event_ingest(run_id=run_id, event={"kind": "run_failed", "step": -1, "error": "; ".join(problems)})
+        return Run.objects.values_list("status", flat=True).get(pk=run_id)
+    out_dir = Path(run.output_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log_path = out_dir / "engine.log"
     read_fd, write_fd = os.pipe()
     with open(log_path, "ab") as log_file:
         proc = subprocess.Popen(

@@ -1,8 +1,10 @@
 """Building a run's engine config from the catalogue, validated by the engine's own pydantic model."""
 from __future__ import annotations
 
+import os
 import re
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings
@@ -128,3 +130,33 @@ def _refuse_worker_settings(config: Any) -> None:
                             f"{', '.join(allowed) or 'none'})")
     if problems:
         raise ValidationError({"overrides": problems})
+
+
+def run_model_problems(*, config: dict[str, Any]) -> list[str]:
+    """training.preflight on a built run config: the base model exists, loads and fits, in plain sentences."""
+    from training.config import parse_run_config
+    from training.preflight import preflight
+
+    return preflight(parse_run_config(config))
+
+
+def judge_key_problem(*, judge: JudgeConfig | None, environ: Mapping[str, str], where: str) -> str | None:
+    """Why the judge's key variable cannot be read in `environ` (the environment runs execute in), or None."""
+    name = judge.api_key_env if judge is not None else ""
+    if not name or environ.get(name):
+        return None
+    return (f"the judge's key variable {name} is not set {where}; set it there (and restart) or store the key "
+            "on the judge")
+
+
+def run_launch_check(*, config: dict[str, Any], judge: JudgeConfig | None) -> None:
+    """The launch's checks of what a worker will need; raises ValidationError beside the field to change.
+    With the embedded executor this process is the worker, so its own environment is the one to check."""
+    errors: dict[str, list[str]] = {}
+    if settings.STUDIO_MODEL_CHECK == "launch" and (problems := run_model_problems(config=config)):
+        errors["agent"] = problems
+    if settings.STUDIO_EXECUTOR == "inprocess" and (problem := judge_key_problem(
+            judge=judge, environ=os.environ, where="in the web app's environment, where its runs execute")):
+        errors["judge_config"] = [problem]
+    if errors:
+        raise ValidationError(errors)
