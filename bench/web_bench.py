@@ -1,18 +1,22 @@
 """Web app benchmark: engine event → websocket client latency through Redis (one client, then --clients on the
-same run), concurrent API users (--api-users against one), and server time of the run page and of the groups
+same run), the engine's step time while a run trains with --clients real websocket clients on daphne vs none,
+concurrent API users (--api-users against one), and server time of the run page and of the groups
 API with --trajectories stored trajectories (`make bench` uses 100,000), each as a ratio against its unloaded case.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/rubric_studio_bench REDIS_URL=redis://127.0.0.1:6379/12 \
         python bench/web_bench.py            # both default to these; the database is recreated
 
 Latency: a separate process (like a Celery worker) ingests events through webapp.live.ingest, each stamped with
-its send time; a websocket client of the real consumer (channels_redis) measures arrival. Server times are
+its send time; a websocket client of the real consumer (channels_redis) measures arrival. Training: the
+scripted engine (real events, ingest and channel layer; no model) runs here while a separate process holds
+the websocket clients (aiohttp) on a daphne server on a loopback port. Server times are
 measured in-process with Django's test client (no network); the login page is the baseline of the same run.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import statistics
 import subprocess
@@ -28,6 +32,10 @@ os.environ.setdefault("SECRET_KEY", "bench-only-secret-key-" + "x" * 30)
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("ALLOWED_HOSTS", "testserver,localhost,127.0.0.1")
+# The training runs execute here (a thread and the engine child), with the scripted engine: the real event
+# contract and ingest, no model, so the step time is the web side's cost alone.
+os.environ.setdefault("STUDIO_EXECUTOR", "inprocess")
+os.environ.setdefault("STUDIO_ENGINE", "tests.webapp.scripted_engine:train")
 
 
 def _ensure_database() -> None:
@@ -187,6 +195,128 @@ def bench_api_users(users: int, requests: int) -> None:
           f"({_pct(together, 0.95) / base:.1f}x one user; one process, so the GIL serialises them)")
 
 
+def _daphne(port: int) -> subprocess.Popen:
+    """The web process as docs/webapp.md deploys it, on a loopback port."""
+    import socket
+
+    env = os.environ | {"STUDIO_EXECUTOR": "celery"}  # it only serves: the runs are this process's
+    proc = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+                             "webapp.asgi:application"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return proc
+        time.sleep(0.2)
+    proc.kill()
+    raise SystemExit("daphne did not start")
+
+
+def _training_run(clients: int, port: int, cookie: str, steps: int) -> tuple[float, list[float]]:
+    """One scripted-engine run (the real event contract, ingest and Redis channel layer; no model), with
+    `clients` real websocket clients (a separate process, aiohttp) on daphne. Returns the engine's mean step
+    time (between step_finished events as stored) and every client's event latency (stored → received)."""
+    from tests.webapp.factories import agent_factory, scenario_set_factory
+    from webapp.execution import executors
+    from webapp.models import Project, Run, RunEvent
+    from webapp.services.runs import run_launch
+
+    project = Project.objects.get(name="bench-live")
+    executors.hold_submissions()  # queued until the clients are in
+    run = run_launch(user=project.owner, project=project, name=f"live-{clients}", agent=agent_factory(project=project),
+                     scenario_set=scenario_set_factory(project=project), steps=steps, group_size=4,
+                     groups_per_step=8, learning_rate=1e-3)
+    watcher = None
+    if clients:
+        watcher = subprocess.Popen([sys.executable, __file__, "--ws-clients", str(port), str(run.id), str(clients), cookie],
+                                   cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        assert watcher.stdout.readline().strip() == "ready"
+    executors._held = False  # noqa: SLF001  (release the hold taken above: the run starts now)
+    executors.submit(run.id)
+    deadline = time.monotonic() + 600
+    while Run.objects.values_list("status", flat=True).get(pk=run.pk) not in ("completed", "failed", "crashed"):
+        assert time.monotonic() < deadline, "the bench run did not finish"
+        time.sleep(0.2)
+    run.refresh_from_db()
+    assert run.status == "completed", run.error
+    stored = {e.seq: e.created_at.timestamp() for e in RunEvent.objects.filter(run=run)}
+    finished = sorted(e.created_at.timestamp() for e in RunEvent.objects.filter(run=run, kind="step_finished"))
+    step_time = (finished[-1] - finished[0]) / (len(finished) - 1)
+    latencies = []
+    if watcher:
+        out, _ = watcher.communicate(timeout=120)
+        for arrivals in json.loads(out):
+            assert len(arrivals) == len(stored), (len(arrivals), len(stored))  # every client got every event
+            latencies += [at - stored[int(seq)] for seq, at in arrivals.items()]
+    return step_time, latencies
+
+
+def bench_training(clients: int, steps: int, repeat: int) -> None:
+    """Engine step time with `clients` websocket clients on the run vs none, alternating (the machine is shared)."""
+    import requests
+
+    from tests.webapp.factories import project_factory, user_factory
+    from tests.webapp.factories import PASSWORD
+
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    project_factory(owner=user_factory(), name="bench-live")
+    port = 8765 + os.getpid() % 1000
+    daphne = _daphne(port)
+    try:
+        http = requests.Session()
+        http.get(f"http://127.0.0.1:{port}/login/", timeout=30)
+        from webapp.models import Project
+
+        username = Project.objects.get(name="bench-live").owner.username
+        http.post(f"http://127.0.0.1:{port}/login/", data={"username": username, "password": PASSWORD,
+                  "csrfmiddlewaretoken": http.cookies["csrftoken"]}, allow_redirects=False, timeout=30)
+        cookie = f"sessionid={http.cookies['sessionid']}"
+        times: dict[int, list[float]] = {0: [], 1: [], clients: []}
+        latencies: dict[int, list[float]] = {1: [], clients: []}
+        for _ in range(repeat):
+            for n in times:
+                step_time, values = _training_run(n, port, cookie, steps)
+                times[n].append(step_time)
+                latencies.get(n, []).extend(values)
+    finally:
+        daphne.kill()
+    none = statistics.median(times[0])
+    print(f"engine step time, scripted engine ({steps} steps x 8 groups of 4, Redis channel layer), median of {repeat} "
+          f"runs each: no clients {none * 1000:.1f} ms")
+    for n in (1, clients):
+        step, values = statistics.median(times[n]), latencies[n]
+        print(f"  {n:>3} websocket client(s) on daphne: step {step * 1000:.1f} ms ({step / none:.2f}x no clients); "
+              f"event stored → client p50 {statistics.median(values) * 1000:.1f} ms  p95 {_pct(values, 0.95) * 1000:.1f} ms"
+              + (f" ({_pct(values, 0.95) / _pct(latencies[1], 0.95):.1f}x one client)" if n != 1 else "")
+              + f", {len(values):,} deliveries")
+
+
+def ws_clients(port: int, run_id: int, count: int, cookie: str) -> None:
+    """`count` websocket clients on one run; prints 'ready' once all are in, then each one's arrival times."""
+    import aiohttp
+
+    async def main() -> list[dict[int, float]]:
+        async with aiohttp.ClientSession() as session:
+            headers = {"Cookie": cookie, "Origin": f"http://127.0.0.1:{port}"}
+            sockets = [await session.ws_connect(f"http://127.0.0.1:{port}/ws/runs/{run_id}/?after=0", headers=headers)
+                       for _ in range(count)]
+            print("ready", flush=True)
+
+            async def collect(ws) -> dict[int, float]:
+                arrivals = {}
+                async for message in ws:
+                    event = json.loads(message.data)
+                    arrivals[event["seq"]] = time.time()
+                    if event["kind"] == "run_finished":
+                        break
+                await ws.close()
+                return arrivals
+            return await asyncio.gather(*(collect(ws) for ws in sockets))
+
+    print(json.dumps(asyncio.run(main())))
+
+
 def publish(run_id: int, count: int) -> None:
     from webapp.live.ingest import run_event_ingest
 
@@ -204,8 +334,15 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=200)
     parser.add_argument("--clients", type=int, default=50, help="websocket clients on one run (vs one)")
     parser.add_argument("--api-users", type=int, default=20, help="concurrent API users (vs one)")
+    parser.add_argument("--train-steps", type=int, default=15, help="steps of each training run (0: skip)")
+    parser.add_argument("--train-repeat", type=int, default=2, help="runs with and without clients, alternating")
     parser.add_argument("--publish", nargs=2, type=int, metavar=("RUN_ID", "COUNT"), help=argparse.SUPPRESS)
+    parser.add_argument("--ws-clients", nargs=4, metavar=("PORT", "RUN_ID", "COUNT", "COOKIE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.ws_clients:
+        port, run_id, count, cookie = args.ws_clients
+        ws_clients(int(port), int(run_id), int(count), cookie)
+        return
     if args.publish:
         import django
 
@@ -215,6 +352,8 @@ def main() -> None:
     _ensure_database()
     _setup()
     bench_latency(args.events, args.clients)
+    if args.train_steps:
+        bench_training(args.clients, args.train_steps, args.train_repeat)
     bench_api_users(args.api_users, 10)
     bench_pages(args.trajectories, args.repeat)
 

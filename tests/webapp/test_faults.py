@@ -227,7 +227,7 @@ def test_killing_the_web_process_while_overrides_are_saved_leaves_every_override
     for t in Trajectory.objects.filter(group__run=run):
         last = ScoreOverride.objects.filter(trajectory=t).order_by("-id").first()
         assert last is not None and t.override_score == last.after  # the score and its audit row, or neither
-    fault_table.append({"fault": "web process kill -9", "moment": f"override save ({saved} saved)",
+    fault_table.append({"fault": "override-saving process kill -9", "moment": f"override save ({saved} saved)",
                         "after fault": run.status, "final": run.status, "steps": "-", "groups before": 1,
                         "groups after": run.groups.count(), "calls before": "-", "calls after": "-",
                         "duplicates": run.groups.count() - 1})
@@ -291,3 +291,95 @@ def test_kill_9_of_the_inference_server_during_rollouts_ends_the_run_clearly_and
     # dying server); none disappears silently.
     assert all(n + len(errors) == 4 for n, errors, _ in sizes.values()), sizes
     print(f"inference server kill: the run was {state}: {reason[:300]!r}")
+
+
+def _daphne(port: int, log: Path) -> subprocess.Popen:
+    """The web process as docs/webapp.md deploys it (daphne on the ASGI app), on the test database."""
+    from tests.webapp.conftest import ROOT, _worker_env
+
+    env = _worker_env(None) | {"STUDIO_API_PER_MINUTE": "100000"}  # the test saves faster than a person
+    proc = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+                             "webapp.asgi:application"], cwd=ROOT, env=env, stdout=open(log, "ab"),
+                            stderr=subprocess.STDOUT, start_new_session=True)
+
+    def up() -> bool:
+        assert proc.poll() is None, log.read_text()[-3000:]
+        with socket.socket() as s:
+            return s.connect_ex(("127.0.0.1", port)) == 0
+    wait_for(up, timeout=60, interval=0.2, message="daphne to listen")
+    return proc
+
+
+def test_kill_9_of_the_daphne_web_process_mid_override_loses_no_confirmed_override(fault_table, tmp_path):
+    """Logged in over HTTP, four users' worth of overrides stream into the real web server until it is killed
+    with -9 mid-stream; after a restart every override the server confirmed is there with its audit row, and
+    every trajectory's score is its last audit row's (nothing half-written)."""
+    import threading
+
+    import requests
+
+    from tests.webapp.factories import PASSWORD, run_factory
+    from tests.webapp.test_review import _group
+    from webapp.models import ScoreOverride
+
+    run = run_factory(status=RunStatus.COMPLETED)
+    trajectories = _group(run, step=1, scores=[0.9, 0.5, 0.1, 0.3])
+    port, log = _free_port(), tmp_path / "daphne.log"
+    base = f"http://127.0.0.1:{port}"
+    server = _daphne(port, log)
+    http = requests.Session()
+    http.get(f"{base}/login/", timeout=30)
+    login = http.post(f"{base}/login/", data={"username": run.project.owner.username, "password": PASSWORD,
+                                              "csrfmiddlewaretoken": http.cookies["csrftoken"]},
+                      allow_redirects=False, timeout=30)
+    assert login.status_code == 302, login.text[:500]
+    headers = {"X-CSRFToken": http.cookies["csrftoken"], "Referer": f"{base}/"}
+    confirmed: dict[str, tuple[int, float]] = {}  # reason -> (audit row id, score) the server answered with
+    failures: list[str] = []
+
+    def save(worker: int) -> None:
+        session = requests.Session()
+        session.cookies.update(http.cookies)
+        for i in range(100000):
+            t, score, reason = trajectories[worker], (i % 100) / 100, f"client {worker} pass {i}"
+            try:
+                answer = session.post(f"{base}/api/trajectories/{t.id}/override/", json={"score": score, "reason": reason},
+                                      headers=headers, timeout=30)
+            except requests.ConnectionError:
+                return  # the server died under this request: it was never confirmed
+            if answer.status_code != 201:
+                failures.append(f"{answer.status_code} {answer.text[:200]}")
+                return
+            confirmed[reason] = (answer.json()["id"], score)
+
+    clients = [threading.Thread(target=save, args=(w,)) for w in range(len(trajectories))]
+    for client in clients:
+        client.start()
+    try:
+        wait_for(lambda: len(confirmed) >= 40 or failures, timeout=60, interval=0.05, message="confirmed overrides")
+        os.killpg(server.pid, signal.SIGKILL)  # mid-stream: four requests are somewhere in their save
+        server.wait()
+        for client in clients:
+            client.join(timeout=60)
+        assert not failures, failures
+        at_kill = len(confirmed)
+        server = _daphne(port, log)
+        after = http.post(f"{base}/api/trajectories/{trajectories[0].id}/override/",  # the session survived
+                          json={"score": 0.42, "reason": "after the restart"}, headers=headers, timeout=30)
+        assert after.status_code == 201, after.text[:500]
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+    saved = list(ScoreOverride.objects.filter(run=run))
+    rows = {o.reason: o for o in saved}
+    lost = [r for r, (pk, score) in confirmed.items() if r not in rows or (rows[r].id, rows[r].after) != (pk, score)]
+    unconfirmed = len(saved) - at_kill - 1  # saved and committed, but the answer died with the server
+    for t in Trajectory.objects.filter(group__run=run):
+        last = ScoreOverride.objects.filter(trajectory=t).order_by("-id").first()
+        assert last is not None and t.override_score == last.after  # the score and its audit row, or neither
+    fault_table.append({"fault": "daphne web process kill -9", "moment": f"override save ({at_kill} confirmed)",
+                        "after fault": f"restarted, {unconfirmed} committed unanswered", "final": run.status,
+                        "steps": "-", "groups before": 1, "groups after": run.groups.count(), "calls before": "-",
+                        "calls after": "-", "duplicates": len(saved) - len(rows)})
+    assert not lost, lost[:5]
+    assert 0 <= unconfirmed <= len(trajectories) and len(saved) == len(rows) and run.groups.count() == 1
