@@ -16,6 +16,8 @@ import os
 import torch
 import torch.distributed as dist
 
+from training.errors import TrainingError
+
 
 def is_distributed() -> bool:
     return dist.is_available() and dist.is_initialized()
@@ -25,21 +27,28 @@ def rank_and_world() -> tuple[int, int]:
     return (dist.get_rank(), dist.get_world_size()) if is_distributed() else (0, 1)
 
 
-def init_from_env(device: str) -> None:
+def init_from_env(device: str, gpus: list[int] | None = None) -> None:
     """Joins the process group torchrun describes in the environment (nccl on CUDA, gloo on CPU)."""
     if is_distributed() or "WORLD_SIZE" not in os.environ:
         return
     backend = "nccl" if device.startswith("cuda") else "gloo"
     if backend == "nccl":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(torch.device(local_device(device, gpus)))
     dist.init_process_group(backend=backend)
 
 
-def local_device(device: str) -> str:
-    """One GPU per process: cuda becomes cuda:LOCAL_RANK."""
-    if device == "cuda" and "LOCAL_RANK" in os.environ:
-        return f"cuda:{os.environ['LOCAL_RANK']}"
-    return device
+def local_device(device: str, gpus: list[int] | None = None) -> str:
+    """One GPU per process: cuda becomes cuda:LOCAL_RANK, or cuda:gpus[LOCAL_RANK] where the run names the
+    trainer's GPUs (trainer.gpus; the others may serve inference)."""
+    if device != "cuda":
+        return device
+    rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if gpus is None:
+        return f"cuda:{rank}" if "LOCAL_RANK" in os.environ else device
+    if rank >= len(gpus):
+        raise TrainingError(f"process LOCAL_RANK {rank} has no GPU: trainer.gpus lists {len(gpus)} ({gpus}); "
+                            "launch as many processes as trainer.gpus lists")
+    return f"cuda:{gpus[rank]}"
 
 
 def wrap(module: torch.nn.Module, mode: str) -> torch.nn.Module:

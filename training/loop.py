@@ -166,7 +166,7 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
     from openai import AsyncOpenAI
 
     from training.servers import start_server
-    from training.trainer import Trainer, pick_device
+    from training.trainer import Trainer, pick_device, release_cached_memory
 
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -280,9 +280,14 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
                 break
 
             t0 = time.monotonic()
+            if server.sleeps_during_training:  # one GPU for both: vLLM frees it while the trainer steps
+                server.sleep()
             train_metrics = await on_trainer(trainer.train_step, done)
             train_time = time.monotonic() - t0
             sink(TrainStep(step=step, metrics=train_metrics))
+            if server.sleeps_during_training:
+                await on_trainer(release_cached_memory, trainer.device)  # what the step freed goes back to vLLM
+                server.wake_up()
 
             # The adapter of every step is committed before it is served, so the newest one is always
             # resumable; the (larger) optimizer state is written every `checkpoint_every` steps, off this path.

@@ -10,6 +10,7 @@ import torch
 import torch.multiprocessing as mp
 
 from training.config import GRPOConfig, LoraConfig, TrainerConfig
+from training.errors import TrainingError
 from training.trainer import Trainer
 
 from tests.training.test_trainer import groups
@@ -50,3 +51,16 @@ def test_two_gloo_processes_give_the_single_process_loss_and_lora_gradients(tiny
         assert result["metrics"]["grad_norm"] == pytest.approx(single["metrics"]["grad_norm"], rel=1e-4)
         for name, grad in single["grads"].items():
             assert torch.allclose(result["grads"][name], grad, atol=1e-6, rtol=1e-4), name
+
+
+def test_trainer_gpus_give_each_process_its_own_gpu(monkeypatch):
+    from training.distributed import local_device
+
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    assert local_device("cuda", [2, 3]) == "cuda:2" and local_device("cuda") == "cuda"
+    assert local_device("cpu", [2, 3]) == "cpu"
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert local_device("cuda", [2, 3]) == "cuda:3" and local_device("cuda") == "cuda:1"
+    monkeypatch.setenv("LOCAL_RANK", "2")
+    with pytest.raises(TrainingError, match="LOCAL_RANK 2 has no GPU"):
+        local_device("cuda", [2, 3])
