@@ -12,6 +12,7 @@ and the DDP average over ranks is undone by multiplying by the world size.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -25,6 +26,18 @@ def is_distributed() -> bool:
 
 def rank_and_world() -> tuple[int, int]:
     return (dist.get_rank(), dist.get_world_size()) if is_distributed() else (0, 1)
+
+
+def launched_rank() -> int:
+    """This process's rank as torchrun set it (0 when not launched by torchrun), before any process group."""
+    return int(os.environ.get("RANK", "0"))
+
+
+def broadcast_from_rank0(obj: Any) -> Any:
+    """Rank 0's object on every rank (torch.distributed.broadcast_object_list); `obj` on the others is ignored."""
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 def init_from_env(device: str, gpus: list[int] | None = None) -> None:
