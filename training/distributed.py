@@ -7,8 +7,8 @@ Launch with torchrun (or `accelerate launch`), which sets RANK, WORLD_SIZE, LOCA
 Rank 0 runs the loop (rollouts, scoring, checkpoints) and sends each step's groups to the others
 (`broadcast_from_rank0`); every process then holds the same step's trajectory groups and trains on its own
 shard of the rows, and the library's collectives (DDP's gradient all-reduce, `all_reduce` of token counts
-and metrics) make the update the one a single process would make: each micro-batch's loss is weighted by its share of the tokens of all ranks,
-and the DDP average over ranks is undone by multiplying by the world size.
+and metrics) make the update the one a single process would make: each micro-batch's loss is weighted by its
+share of the tokens of all ranks, and the DDP average over ranks is undone by multiplying by the world size.
 """
 from __future__ import annotations
 
