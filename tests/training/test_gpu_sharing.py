@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -50,7 +51,7 @@ def test_vllm_sleeps_while_the_trainer_steps_and_wakes_before_the_new_adapter_lo
 
     def sink(event):
         if isinstance(event, TrainStep):
-            trained.append(__import__("time").time())
+            trained.append(time.time())
 
     config = sharing_config(tiny_model_dir, tmp_path, monkeypatch, gpu_sharing="sleep")
     summary = run(config, scorer=by_position, sink=sink)
