@@ -45,12 +45,36 @@ class ServerConfig(_Strict):
     extra_args: list[str] = Field(
         default_factory=list, description="vllm kind: further `vllm serve` flags, e.g. --gpu-memory-utilization 0.5."
     )
+    gpu_sharing: Literal["none", "sleep", "split"] = Field(
+        "none", description="vllm kind, when vLLM and the trainer use the same GPU. sleep: vLLM runs with "
+        "--enable-sleep-mode and sleeps (weights to CPU RAM, KV cache dropped) while the trainer steps, and wakes "
+        "before the new adapter is loaded; split: vLLM keeps `gpu_memory_utilization` of the GPU and the trainer "
+        "the rest; none: no plan (separate GPUs, or a model small enough)."
+    )
+    gpu_memory_utilization: float = Field(
+        0.5, gt=0.0, lt=1.0, description="vllm kind with gpu_sharing 'split': vLLM's share of GPU memory "
+        "(--gpu-memory-utilization)."
+    )
+    gpus: list[int] | None = Field(
+        None, description="vllm kind: the GPUs vLLM runs on, as indices into the worker's visible GPUs "
+        "(CUDA_VISIBLE_DEVICES of the vLLM process); several are used with tensor parallelism. None = vLLM's "
+        "default (every visible GPU, tensor parallel 1)."
+    )
 
     @model_validator(mode="after")
     def _external_needs_url(self) -> "ServerConfig":
         if self.kind == "external" and not self.url:
             raise ValueError("server.kind 'external' needs server.url")
+        if self.kind != "vllm" and (self.gpu_sharing != "none" or self.gpus is not None):
+            raise ValueError("server.gpu_sharing and server.gpus apply to server.kind 'vllm' only")
+        if self.gpus is not None:
+            _check_gpu_list("server.gpus", self.gpus)
         return self
+
+
+def _check_gpu_list(key: str, gpus: list[int]) -> None:
+    if not gpus or min(gpus) < 0 or len(set(gpus)) != len(gpus):
+        raise ValueError(f"{key} must list distinct GPU indices (0 or more), at least one; got {gpus}")
 
 
 class SamplingConfig(_Strict):
@@ -132,6 +156,20 @@ class TrainerConfig(_Strict):
         "none", description="Several processes train one run (launched by torchrun): ddp replicates the model, "
         "fsdp shards it. none = one process."
     )
+    gpus: list[int] | None = Field(
+        None, description="The GPUs the trainer uses, as indices into the worker's visible GPUs: one per process "
+        "(process LOCAL_RANK takes gpus[LOCAL_RANK]). None = cuda:LOCAL_RANK (cuda:0 in one process)."
+    )
+
+    @model_validator(mode="after")
+    def _gpus_match_processes(self) -> "TrainerConfig":
+        if self.gpus is not None:
+            _check_gpu_list("trainer.gpus", self.gpus)
+            if self.distributed == "none" and len(self.gpus) > 1:
+                raise ValueError(f"trainer.gpus lists {len(self.gpus)} GPUs but one process trains on one: set "
+                                 "trainer.distributed (ddp or fsdp) and launch with torchrun --nproc-per-node "
+                                 f"{len(self.gpus)}")
+        return self
 
 
 class RunConfig(_Strict):
@@ -182,6 +220,12 @@ class RunConfig(_Strict):
         if self.lora.r > self.server.max_lora_rank:  # else the server refuses the adapter after step 1 trained
             raise ValueError(f"lora.r {self.lora.r} is above server.max_lora_rank {self.server.max_lora_rank}; "
                              "raise server.max_lora_rank or lower lora.r")
+        if self.trainer.gpus is not None and self.device == "cpu":
+            raise ValueError("trainer.gpus is set but device is 'cpu'")
+        shared = set(self.server.gpus or []) & set(self.trainer.gpus or [])
+        if shared and self.server.gpu_sharing == "none":
+            raise ValueError(f"server.gpus and trainer.gpus share GPU(s) {sorted(shared)}: set server.gpu_sharing "
+                             "to 'sleep' or 'split', or give them separate GPUs")
         return self
 
 

@@ -2,19 +2,23 @@
 
 Launch with torchrun (or `accelerate launch`), which sets RANK, WORLD_SIZE, LOCAL_RANK and MASTER_ADDR/PORT:
 
-    torchrun --nproc-per-node 4 -m training run config.json
+    torchrun --nproc-per-node 4 -m training run --config config.json
 
-Every process holds the same step's trajectory groups; each trains on its own shard of the rows, and the
-library's collectives (DDP's gradient all-reduce, `all_reduce` of token counts and metrics) make the update the
-one a single process would make: each micro-batch's loss is weighted by its share of the tokens of all ranks,
-and the DDP average over ranks is undone by multiplying by the world size.
+Rank 0 runs the loop (rollouts, scoring, checkpoints) and sends each step's groups to the others
+(`broadcast_from_rank0`); every process then holds the same step's trajectory groups and trains on its own
+shard of the rows, and the library's collectives (DDP's gradient all-reduce, `all_reduce` of token counts
+and metrics) make the update the one a single process would make: each micro-batch's loss is weighted by its
+share of the tokens of all ranks, and the DDP average over ranks is undone by multiplying by the world size.
 """
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from training.errors import TrainingError
 
 
 def is_distributed() -> bool:
@@ -25,21 +29,40 @@ def rank_and_world() -> tuple[int, int]:
     return (dist.get_rank(), dist.get_world_size()) if is_distributed() else (0, 1)
 
 
-def init_from_env(device: str) -> None:
+def launched_rank() -> int:
+    """This process's rank as torchrun set it (0 when not launched by torchrun), before any process group."""
+    return int(os.environ.get("RANK", "0"))
+
+
+def broadcast_from_rank0(obj: Any) -> Any:
+    """Rank 0's object on every rank (torch.distributed.broadcast_object_list); `obj` on the others is ignored."""
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def init_from_env(device: str, gpus: list[int] | None = None) -> None:
     """Joins the process group torchrun describes in the environment (nccl on CUDA, gloo on CPU)."""
     if is_distributed() or "WORLD_SIZE" not in os.environ:
         return
     backend = "nccl" if device.startswith("cuda") else "gloo"
     if backend == "nccl":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(torch.device(local_device(device, gpus)))
     dist.init_process_group(backend=backend)
 
 
-def local_device(device: str) -> str:
-    """One GPU per process: cuda becomes cuda:LOCAL_RANK."""
-    if device == "cuda" and "LOCAL_RANK" in os.environ:
-        return f"cuda:{os.environ['LOCAL_RANK']}"
-    return device
+def local_device(device: str, gpus: list[int] | None = None) -> str:
+    """One GPU per process: cuda becomes cuda:LOCAL_RANK, or cuda:gpus[LOCAL_RANK] where the run names the
+    trainer's GPUs (trainer.gpus; the others may serve inference)."""
+    if device != "cuda":
+        return device
+    rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if gpus is None:
+        return f"cuda:{rank}" if "LOCAL_RANK" in os.environ else device
+    if rank >= len(gpus):
+        raise TrainingError(f"process LOCAL_RANK {rank} has no GPU: trainer.gpus lists {len(gpus)} ({gpus}); "
+                            "launch as many processes as trainer.gpus lists")
+    return f"cuda:{gpus[rank]}"
 
 
 def wrap(module: torch.nn.Module, mode: str) -> torch.nn.Module:

@@ -161,12 +161,25 @@ def step_metrics(groups: list[TrajectoryGroup]) -> dict[str, float | None]:
     return metrics
 
 
+async def follow_rank0(trainer: Any, on_trainer: Any, start: int) -> RunSummary:
+    """A rank above 0 under torchrun: rank 0 rolls out, scores, checkpoints and serves; this process trains on
+    each step's groups as rank 0 sends them (the trainer's collectives need every rank), until a status arrives."""
+    from training import distributed
+
+    steps = 0
+    while not isinstance(message := await on_trainer(distributed.broadcast_from_rank0, None), str):
+        await on_trainer(trainer.train_step, message)
+        steps += 1
+    return RunSummary(status=message, steps_done=start - 1 + steps, last_checkpoint=None, history=[])
+
+
 async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventSink = null_sink,
                 control: Control | None = None, review: ReviewHook | None = None) -> RunSummary:
     from openai import AsyncOpenAI
 
+    from training import distributed
     from training.servers import start_server
-    from training.trainer import Trainer, pick_device
+    from training.trainer import Trainer, pick_device, release_cached_memory
 
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -182,7 +195,10 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
     start = checkpoint.step + 1 if checkpoint else 1
     if config.init_checkpoint and not (Path(config.init_checkpoint) / "adapter_model.safetensors").exists():
         raise TrainingError(f"init_checkpoint {config.init_checkpoint} holds no adapter (adapter_model.safetensors)")
-    (out / "config.json").write_text(config.model_dump_json(indent=2))
+    if distributed.launched_rank() > 0:  # under torchrun only rank 0 reports and writes
+        sink = null_sink
+    else:
+        (out / "config.json").write_text(config.model_dump_json(indent=2))
     sink(RunStarted(run_name=config.name, start_step=start, total_steps=config.steps, resumed=checkpoint is not None,
                     checkpoint_path=str(checkpoint.path) if checkpoint else "",
                     adapter_name=checkpoint.adapter_name if checkpoint else ""))
@@ -218,8 +234,10 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
         trainer = await on_trainer(lambda: Trainer(config.base_model, config.lora, config.grpo, device=device,
                                                    seed=config.seed, options=config.trainer,
                                                    temperature=config.sampling.temperature))
-        server = start_server(config.server, config.base_model, out / "server.log", device=device)
-        model = server.model_name
+        rank, world = distributed.rank_and_world()
+        if world > 1 and config.trainer.distributed == "none":
+            raise TrainingError(f"started as {world} processes (torchrun) but trainer.distributed is 'none': set "
+                                "it to ddp or fsdp, or start one process")
         if checkpoint:
             # The adapter of the newest step; the optimizer state of the newest step that has one (every
             # `checkpoint_every` steps and whenever the run stops; a kill may leave a few steps without).
@@ -227,10 +245,16 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
             if optimizer_dir is not None:
                 await on_trainer(trainer.load, optimizer_dir)
             await on_trainer(lambda: trainer.load(checkpoint.path, optimizer=False))
+        elif config.init_checkpoint:
+            await on_trainer(lambda: trainer.load(Path(config.init_checkpoint), optimizer=False))
+        if rank > 0:
+            return await follow_rank0(trainer, on_trainer, start)
+        server = start_server(config.server, config.base_model, out / "server.log", device=device)
+        model = server.model_name
+        if checkpoint:
             server.load_adapter(checkpoint.adapter_name, checkpoint.path)
             model = checkpoint.adapter_name
         elif config.init_checkpoint:  # a fork: step 1 rolls out with the parent's adapter, served as <run>@0
-            await on_trainer(lambda: trainer.load(Path(config.init_checkpoint), optimizer=False))
             model = adapter_name(config.name, 0)
             server.load_adapter(model, config.init_checkpoint)
         client = AsyncOpenAI(base_url=server.base_url, api_key="unused", max_retries=2, timeout=600)
@@ -280,9 +304,16 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
                 break
 
             t0 = time.monotonic()
+            if world > 1:  # every rank trains its share of this step's rows
+                await on_trainer(distributed.broadcast_from_rank0, done)
+            if server.sleeps_during_training:  # one GPU for both: vLLM frees it while the trainer steps
+                server.sleep()
             train_metrics = await on_trainer(trainer.train_step, done)
             train_time = time.monotonic() - t0
             sink(TrainStep(step=step, metrics=train_metrics))
+            if server.sleeps_during_training:
+                await on_trainer(release_cached_memory, trainer.device)  # what the step freed goes back to vLLM
+                server.wake_up()
 
             # The adapter of every step is committed before it is served, so the newest one is always
             # resumable; the (larger) optimizer state is written every `checkpoint_every` steps, off this path.
@@ -313,6 +344,8 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
             sink(StepFinished(step=step, metrics=metrics))
         else:
             step = config.steps + 1
+        if world > 1:  # the other ranks stop with this run's status
+            await on_trainer(distributed.broadcast_from_rank0, "completed" if step > config.steps else "cancelled")
         await save_optimizer()  # finished or cancelled: the newest checkpoint resumes exactly
     except Exception as err:
         sink(RunFailed(step=step, error=f"{type(err).__name__}: {err}"))

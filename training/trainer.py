@@ -38,6 +38,13 @@ def pick_device(device: str, *, require_gpu: bool = False) -> str:
     return resolved
 
 
+def release_cached_memory(device: str) -> None:
+    """Hands the memory PyTorch's caching allocator keeps after a step back to the driver, so that a vLLM
+    waking up on the same GPU can allocate its KV cache again."""
+    if str(device).startswith("cuda") and torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 def resolve_dtype(name: str, device: str) -> torch.dtype:
     if name == "auto":
         cuda = device.startswith("cuda") and torch.cuda.is_available()
@@ -84,8 +91,8 @@ class Trainer:
 
         torch.manual_seed(seed)
         self.grpo, self.options = grpo, options or TrainerConfig()
-        distributed.init_from_env(device)
-        self.device = distributed.local_device(device)
+        distributed.init_from_env(device, self.options.gpus)
+        self.device = distributed.local_device(device, self.options.gpus)
         self.dtype = resolve_dtype(self.options.dtype, self.device)
         self.tokenizer = AutoTokenizer.from_pretrained(base_model)
         try:

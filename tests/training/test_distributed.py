@@ -10,6 +10,7 @@ import torch
 import torch.multiprocessing as mp
 
 from training.config import GRPOConfig, LoraConfig, TrainerConfig
+from training.errors import TrainingError
 from training.trainer import Trainer
 
 from tests.training.test_trainer import groups
@@ -50,3 +51,61 @@ def test_two_gloo_processes_give_the_single_process_loss_and_lora_gradients(tiny
         assert result["metrics"]["grad_norm"] == pytest.approx(single["metrics"]["grad_norm"], rel=1e-4)
         for name, grad in single["grads"].items():
             assert torch.allclose(result["grads"][name], grad, atol=1e-6, rtol=1e-4), name
+
+
+def test_trainer_gpus_give_each_process_its_own_gpu(monkeypatch):
+    from training.distributed import local_device
+
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    assert local_device("cuda", [2, 3]) == "cuda:2" and local_device("cuda") == "cuda"
+    assert local_device("cpu", [2, 3]) == "cpu"
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert local_device("cuda", [2, 3]) == "cuda:3" and local_device("cuda") == "cuda:1"
+    monkeypatch.setenv("LOCAL_RANK", "2")
+    with pytest.raises(TrainingError, match="LOCAL_RANK 2 has no GPU"):
+        local_device("cuda", [2, 3])
+
+
+def test_a_run_under_torchrun_rolls_out_on_rank_0_and_trains_on_both_ranks(tiny_model_dir, tmp_path):
+    """`torchrun --nproc-per-node 2 -m training run`: rank 0 samples, scores, reports and checkpoints; both train.
+    The trainer's collectives need every rank in every step, so a rank that did not get the groups would hang
+    the step (the subprocess timeout fails the test)."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.training.configs import small_config
+
+    config = small_config(tiny_model_dir, tmp_path / "run", trainer={"distributed": "ddp"})
+    path = tmp_path / "config.json"
+    path.write_text(config.model_dump_json())
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                           "--master-port", str(free_port()), "-m", "training", "run", "--config", str(path)],
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    steps = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert [s["step"] for s in steps] == [1, 2]  # reported once, by rank 0
+    assert [s["adapter"] for s in steps] == ["t@1", "t@2"]
+    # Both ranks' rows of the step, summed over ranks: the rows with a nonzero advantage (r - group mean).
+    def nonzero_advantages(step: dict) -> int:
+        return sum(abs(r - sum(g["rewards"]) / len(g["rewards"])) > 1e-9
+                   for g in step["groups"] if not g["skipped"] for r in g["rewards"])
+
+    assert [s["trained_sequences"] for s in steps] == [nonzero_advantages(s) for s in steps], steps
+    assert done.stderr.count("run completed: 2 steps") == 2  # each rank ends with rank 0's status
+    assert (tmp_path / "run" / "checkpoints" / "step_0002" / "adapter_model.safetensors").exists()
+
+
+def test_several_processes_need_a_distributed_trainer(tiny_model_dir, tmp_path):
+    import subprocess
+    import sys
+
+    from tests.training.configs import small_config
+
+    path = tmp_path / "config.json"
+    path.write_text(small_config(tiny_model_dir, tmp_path / "run").model_dump_json())
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                           "--master-port", str(free_port()), "-m", "training", "run", "--config", str(path)],
+                          capture_output=True, text=True, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert done.returncode != 0 and "trainer.distributed is 'none'" in done.stderr

@@ -69,3 +69,37 @@ def test_a_missing_vllm_interpreter_is_an_actionable_error(monkeypatch: pytest.M
         vllm_command(ServerConfig(kind="vllm"), "/models/base", 8123, "base")
     with pytest.raises(TrainingError, match="does not exist"):
         vllm_command(ServerConfig(kind="vllm", python="/nowhere/bin/python"), "/models/base", 8123, "base")
+
+
+def test_sleep_mode_starts_vllm_with_its_flag_and_dev_mode_endpoints() -> None:
+    command, env = command_for(vllm_device="gpu", gpu_sharing="sleep")
+    assert "--enable-sleep-mode" in command and env["VLLM_SERVER_DEV_MODE"] == "1"
+    assert "--gpu-memory-utilization" not in command
+    command, env = command_for(vllm_device="gpu")
+    assert "--enable-sleep-mode" not in command and "VLLM_SERVER_DEV_MODE" not in env
+
+
+def test_a_memory_split_sets_vllms_share_and_extra_args_still_come_last() -> None:
+    command, _ = command_for(vllm_device="gpu", gpu_sharing="split", gpu_memory_utilization=0.35,
+                             extra_args=["--seed", "1"])
+    assert command[command.index("--gpu-memory-utilization") + 1] == "0.35"
+    assert command[-2:] == ["--seed", "1"]
+
+
+def test_sharing_and_gpu_pinning_are_refused_on_the_cpu_build() -> None:
+    with pytest.raises(TrainingError, match="GPU build"):
+        command_for(vllm_device="cpu", gpu_sharing="sleep")
+    with pytest.raises(TrainingError, match="GPU build"):
+        command_for(vllm_device="cpu", gpus=[0])
+
+
+def test_server_gpus_pin_vllm_through_the_workers_visible_devices(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    command, env = command_for(vllm_device="gpu", gpus=[0, 1])
+    assert env["CUDA_VISIBLE_DEVICES"] == "0,1"
+    assert command[command.index("--tensor-parallel-size") + 1] == "2"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")  # a worker pinned to four GPUs gives vLLM its last one
+    command, env = command_for(vllm_device="gpu", gpus=[3])
+    assert env["CUDA_VISIBLE_DEVICES"] == "7" and "--tensor-parallel-size" not in command
+    with pytest.raises(TrainingError, match="sees only 4 GPU"):
+        command_for(vllm_device="gpu", gpus=[4])

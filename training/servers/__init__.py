@@ -31,6 +31,7 @@ class InferenceServer:
         self.process = process
         self.log_path = log_path
         self._http = httpx.Client(timeout=120.0)
+        self.sleeps_during_training = False  # vLLM's sleep mode (server.gpu_sharing 'sleep')
 
     @property
     def root_url(self) -> str:
@@ -53,6 +54,36 @@ class InferenceServer:
         response = self._http.post(f"{self.base_url}/unload_lora_adapter", json={"lora_name": name})
         if response.status_code != 200:
             raise TrainingError(f"the inference server could not unload adapter {name!r}: {response.text}")
+
+    def sleep(self) -> None:
+        """vLLM's sleep mode, level 1: weights to CPU RAM and the KV cache dropped, so the trainer has the GPU."""
+        self._post_sleep_endpoint("/sleep?level=1")
+
+    def wake_up(self) -> None:
+        """Weights and KV cache back on the GPU; an error unless the server says it is awake."""
+        self._post_sleep_endpoint("/wake_up")
+        url = f"{self.root_url}/is_sleeping"
+        try:
+            response = self._http.get(url)
+            sleeping = response.json().get("is_sleeping") if response.status_code == 200 else None
+        except (httpx.HTTPError, ValueError, AttributeError) as err:
+            raise TrainingError(f"the inference server did not say whether it woke up (GET {url}): {err}") from None
+        if sleeping is not False:
+            raise TrainingError(f"the inference server is still asleep after POST {self.root_url}/wake_up "
+                                f"(GET {url} answered {response.status_code} {response.text[:200]!r}); "
+                                f"see {self.log_path}")
+
+    def _post_sleep_endpoint(self, path: str) -> None:
+        url = f"{self.root_url}{path}"
+        try:
+            response = self._http.post(url)
+        except httpx.HTTPError as err:
+            raise TrainingError(f"the inference server did not answer POST {url}: {err}") from None
+        if response.status_code != 200:
+            hint = " (sleep mode needs VLLM_SERVER_DEV_MODE=1 and --enable-sleep-mode)" \
+                if response.status_code == 404 else ""
+            raise TrainingError(f"the inference server refused POST {url}: {response.status_code} "
+                                f"{response.text[:300]}{hint}")
 
     def wait_ready(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -147,5 +178,7 @@ def start_server(config: ServerConfig, base_model: str, log_path: Path, *, devic
                    str(config.max_lora_rank), "--device", device]
         env = dict(os.environ)
     server = InferenceServer(f"http://{config.host}:{port}/v1", served_name, spawn(command, env, log_path), log_path)
+    # Between rollouts the trainer takes the GPU: the loop puts a sleep-mode vLLM to sleep for each step.
+    server.sleeps_during_training = config.kind == "vllm" and config.gpu_sharing == "sleep"
     server.wait_ready(config.startup_timeout_s)
     return server

