@@ -163,8 +163,6 @@ def step_metrics(groups: list[TrajectoryGroup]) -> dict[str, float | None]:
 
 async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventSink = null_sink,
                 control: Control | None = None, review: ReviewHook | None = None) -> RunSummary:
-    from openai import AsyncOpenAI
-
     from training.servers import start_server
     from training.trainer import Trainer, pick_device
 
@@ -233,7 +231,7 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
             await on_trainer(lambda: trainer.load(Path(config.init_checkpoint), optimizer=False))
             model = adapter_name(config.name, 0)
             server.load_adapter(model, config.init_checkpoint)
-        client = AsyncOpenAI(base_url=server.base_url, api_key="unused", max_retries=2, timeout=600)
+        client = server.async_client()
         for step in range(start, config.steps + 1):
             if not await wait_for_go(control, save_optimizer):
                 break

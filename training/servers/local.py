@@ -73,7 +73,7 @@ class Engine:
         self.free_slots: list[tuple[str, str]] = []  # (shape signature, peft name) of unloaded adapters
         self.slot_shapes: dict[str, str] = {}  # peft name -> shape signature
         self.loaded_count = 0
-        self.jobs: queue.Queue[Job | tuple] = queue.Queue()
+        self.jobs: queue.Queue[Job | tuple | None] = queue.Queue()
         self.context = getattr(self.base.config, "max_position_embeddings", 2048)
         threading.Thread(target=self._work, daemon=True).start()
 
@@ -82,6 +82,9 @@ class Engine:
         fut: Future = Future()
         self.jobs.put((fn, args, fut))
         return fut.result()
+
+    def stop(self) -> None:
+        self.jobs.put(None)
 
     def load_adapter(self, name: str, path: str) -> None:
         # Same statuses as vLLM: 400 for a name in use, 404 for a path without an adapter.
@@ -151,6 +154,8 @@ class Engine:
     def _work(self) -> None:
         while True:
             item = self.jobs.get()
+            if item is None:  # stop(): an in-process engine's thread ends with its server
+                return
             if isinstance(item, tuple):
                 fn, args, fut = item
                 try:
