@@ -22,6 +22,9 @@ from training.errors import TrainingError
 from training.servers.local import ApiError, Engine
 
 BASE_URL = "inprocess://local/v1"  # not dialled: it names the server in messages and logs
+# A request reaches the engine's queue within microseconds here (milliseconds over HTTP), so requests made
+# together are all queued well within 2 ms: a shorter quiet gap closes each batch sooner at no loss.
+BATCH_GAP_S = 0.002
 
 
 def _openai_error(err: ApiError) -> openai.APIStatusError:
@@ -80,7 +83,7 @@ class InProcessServer:
     """The `InferenceServer` interface (models, load/unload adapter, clients, stop) over an in-process Engine."""
 
     def __init__(self, base_model: str, served_name: str, max_lora_rank: int, device: str) -> None:
-        self.engine = Engine(base_model, served_name, max_lora_rank, device)
+        self.engine = Engine(base_model, served_name, max_lora_rank, device, batch_gap_s=BATCH_GAP_S)
         self.base_url = BASE_URL
         self.model_name = served_name
         self.process = None
