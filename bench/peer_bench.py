@@ -1,6 +1,6 @@
 """Peer benchmark: one GRPO step of ours against TRL 1.16's GRPOTrainer on the same workload, interleaved.
 
-    python -m bench.peer_bench [--rounds 3] [--steps 12] [--warmup 2] [--lr 3e-3] [--threads 2]
+    python -m bench.peer_bench [--rounds 3] [--steps 12] [--warmup 2] [--lr 3e-3] [--threads 2] [--server inprocess]
     (`make bench` runs it; `make trl-venv` builds .venv-trl with TRL 1.16.0 pinned, $TRL_PYTHON points at it)
 
 Workload (both sides): the tiny Qwen2 the project builds, 1 prompt x 8 completions x exactly 32 tokens
@@ -16,7 +16,9 @@ between consecutive step ends (everything the trainer does). Generation = TRL's 
 rollout phase (the toy reward's cost is included on both sides); optimisation = TRL's step less generation /
 our `train_step`. Printed: medians and TRL/ours ratios (> 1 means ours is faster), our engine overhead
 (full step - generation - optimisation) as a share of the step, and the learning curves (mean reward over
-rounds, first and last steps). Everything also goes to bench/results/peer_bench.json.
+rounds, first and last steps). `--server` picks our inference server kind: `inprocess` (default: the server's
+engine in the trainer's process, as a run on one machine would use it) or `local` (the same engine behind HTTP in
+a process of its own). Everything also goes to bench/results/peer_bench.json.
 """
 from __future__ import annotations
 
@@ -67,7 +69,8 @@ def run_trl(python: str, steps: int, lr: float, seed: int, out: Path, threads: i
              "reward_mean": first["reward_mean"]}] + rows
 
 
-def run_ours(steps: int, lr: float, seed: int, out: Path, threads: int) -> list[dict[str, Any]]:
+def run_ours(steps: int, lr: float, seed: int, out: Path, threads: int,
+             server: str = "inprocess") -> list[dict[str, Any]]:
     import shutil
 
     import torch
@@ -84,7 +87,7 @@ def run_ours(steps: int, lr: float, seed: int, out: Path, threads: int) -> list[
         "environment": {"kind": "chat"}, "sampling": {"temperature": 1.0, "max_tokens": 32, "ignore_eos": True},
         "grpo": {"group_size": 8, "groups_per_step": 1, "learning_rate": lr, "scale_rewards": "std",
                  "micro_batch_size": 8, "beta": 0.0, "max_grad_norm": 1.0},
-        "lora": {"r": 8, "alpha": 16}, "steps": steps, "output_dir": str(out), "seed": seed, "device": "cpu",
+        "lora": {"r": 8, "alpha": 16}, "server": {"kind": server}, "steps": steps, "output_dir": str(out), "seed": seed, "device": "cpu",
     })
 
     async def score(group):
@@ -116,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--server", choices=("inprocess", "local"), default="inprocess")
     args = parser.parse_args(argv)
     os.environ["OMP_NUM_THREADS"] = str(args.threads)  # both sides, before torch is imported (and in children)
     python = os.environ.get("TRL_PYTHON") or str(ROOT / ".venv-trl" / "bin" / "python")
@@ -131,13 +135,13 @@ def main(argv: list[str] | None = None) -> int:
             progress(f"round {r + 1}/{args.rounds}: {side}")
             out = ROOT / "var" / "bench" / "peer" / f"{side}-{r}"
             rows = (run_trl(python, args.steps, args.lr, r, out, args.threads) if side == "trl"
-                    else run_ours(args.steps, args.lr, r, out, args.threads))
+                    else run_ours(args.steps, args.lr, r, out, args.threads, args.server))
             runs[side].append(rows)
     timed = {side: [row for rows in side_runs for row in rows[args.warmup:]] for side, side_runs in runs.items()}
     summary: dict[str, Any] = {}
     print(f"GRPO step, TRL 1.16.0 vs ours: 1 prompt x 8 x 32 tokens, LoRA r8 all-linear, beta 0, "
           f"CPU {args.threads} thread(s); {args.rounds} interleaved rounds x {args.steps} steps, "
-          f"first {args.warmup} untimed; medians")
+          f"first {args.warmup} untimed; our server: {args.server}; medians")
     print(f"{'component':<14}{'TRL s':>9}{'ours s':>9}{'TRL/ours':>10}")
     for key, label in (("generation_s", "generation"), ("optimisation_s", "optimisation"), ("full_s", "full step")):
         trl, ours = median(timed["trl"], key), median(timed["ours"], key)

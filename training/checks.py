@@ -66,8 +66,6 @@ async def evaluate_checkpoint(config: RunConfig, checkpoint: str | None, *, scor
     adapter (`baseline`), on the run's held-out scenarios."""
     from pathlib import Path
 
-    from openai import AsyncOpenAI
-
     from training.environments import RolloutConfig, get_environment, parse_options
     from training.loop import load_scenarios
     from training.servers import start_server
@@ -95,7 +93,7 @@ async def evaluate_checkpoint(config: RunConfig, checkpoint: str | None, *, scor
         if baseline:
             base_model = f"{config.name}@baseline"
             server.load_adapter(base_model, baseline)
-        client = AsyncOpenAI(base_url=server.base_url, api_key="unused", max_retries=2, timeout=600)
+        client = server.async_client()
         checks = RunChecks(config=config, held_out=held_out, env=env, rollout_config=rollout_config,
                            scorer=scorer or env_reward_scorer, sink=sink)
         label = Path(checkpoint).name.removeprefix("step_") if checkpoint else "0"

@@ -28,8 +28,10 @@ class ScenarioSpec(_Strict):
 
 
 class ServerConfig(_Strict):
-    kind: Literal["local", "vllm", "external"] = Field(
-        "local", description="local: our transformers+peft server; vllm: start `vllm serve`; external: `url`."
+    kind: Literal["local", "inprocess", "vllm", "external"] = Field(
+        "local", description="local: our transformers+peft server; inprocess: the same server inside the engine's "
+        "process, without HTTP (fastest where trainer and server share a machine); vllm: start `vllm serve`; "
+        "external: `url`."
     )
     url: str | None = Field(None, description="Base URL of an external OpenAI-compatible server (…/v1).")
     host: str = "127.0.0.1"
@@ -214,8 +216,8 @@ class RunConfig(_Strict):
     def _scenarios_given(self) -> "RunConfig":
         if not self.scenarios and not self.scenarios_file:
             raise ValueError("give `scenarios` or `scenarios_file`")
-        if self.trainer.require_gpu and self.server.kind == "local":
-            raise ValueError("trainer.require_gpu refuses server.kind 'local' (our CPU/test server): "
+        if self.trainer.require_gpu and self.server.kind in ("local", "inprocess"):
+            raise ValueError(f"trainer.require_gpu refuses server.kind '{self.server.kind}' (our CPU/test server): "
                              "use server.kind 'vllm' or 'external'")
         if self.lora.r > self.server.max_lora_rank:  # else the server refuses the adapter after step 1 trained
             raise ValueError(f"lora.r {self.lora.r} is above server.max_lora_rank {self.server.max_lora_rank}; "

@@ -175,8 +175,6 @@ async def follow_rank0(trainer: Any, on_trainer: Any, start: int) -> RunSummary:
 
 async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventSink = null_sink,
                 control: Control | None = None, review: ReviewHook | None = None) -> RunSummary:
-    from openai import AsyncOpenAI
-
     from training import distributed
     from training.servers import start_server
     from training.trainer import Trainer, pick_device, release_cached_memory
@@ -257,7 +255,7 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
         elif config.init_checkpoint:  # a fork: step 1 rolls out with the parent's adapter, served as <run>@0
             model = adapter_name(config.name, 0)
             server.load_adapter(model, config.init_checkpoint)
-        client = AsyncOpenAI(base_url=server.base_url, api_key="unused", max_retries=2, timeout=600)
+        client = server.async_client()
         for step in range(start, config.steps + 1):
             if not await wait_for_go(control, save_optimizer):
                 break

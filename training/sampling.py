@@ -45,41 +45,48 @@ def sample_batch(
     import torch
 
     batch, width = len(prompts), max(len(p) for p in prompts)
+    steps = max(max_tokens)
     input_ids = torch.full((batch, width), pad_id, dtype=torch.long)
-    attention = torch.zeros((batch, width), dtype=torch.long)
+    attention = torch.zeros((batch, width + steps), dtype=torch.long)  # grows into its tail, one column a token
     for i, p in enumerate(prompts):
         input_ids[i, width - len(p):] = torch.tensor(p)
-        attention[i, width - len(p):] = 1
-    positions = (attention.cumsum(-1) - 1).clamp(min=0)
-    out_ids: list[list[int]] = [[] for _ in range(batch)]
-    out_lps: list[list[float]] = [[] for _ in range(batch)]
-    finish = ["length"] * batch
+        attention[i, width - len(p):width] = 1
+    positions = (attention[:, :width].cumsum(-1) - 1).clamp(min=0)
+    # The per-token bookkeeping stays in tensors (one Python-level read at the end, not one per row and token).
+    tokens = torch.zeros((batch, steps), dtype=torch.long)
+    token_lps = torch.zeros((batch, steps))
+    limits = torch.tensor(max_tokens)
+    lengths = limits.clone()
+    stopped = torch.zeros(batch, dtype=torch.bool)
     active = torch.ones(batch, dtype=torch.bool)
+    stop_tensor = torch.tensor(sorted(stop_ids), dtype=torch.long)
+    # One sampling call per distinct (temperature, top_p) keeps rows with different settings apart.
+    settings = sorted(set(zip(temperature, top_p)))
+    rows_of = {st: torch.tensor([i for i in range(batch) if (temperature[i], top_p[i]) == st]) for st in settings}
     past = None
-    with torch.no_grad():
-        for t in range(max(max_tokens)):
-            out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
-                        past_key_values=past, use_cache=True)
+    with torch.inference_mode():
+        for t in range(steps):
+            out = model(input_ids=input_ids, attention_mask=attention[:, :width + t], position_ids=positions,
+                        past_key_values=past, use_cache=True, logits_to_keep=1)  # only the last position's logits
             past = out.past_key_values
             logits = out.logits[:, -1].float()  # [B, V]
-            logprobs = torch.log_softmax(logits, dim=-1)
-            # One sampling call per distinct (temperature, top_p) keeps rows with different settings apart.
-            chosen = torch.empty(batch, dtype=torch.long)
-            for temp, tp in set(zip(temperature, top_p)):
-                rows = torch.tensor([i for i in range(batch) if temperature[i] == temp and top_p[i] == tp])
-                chosen[rows] = _pick(logits[rows], temp, tp, generator)
-            for i in active.nonzero().flatten().tolist():
-                tok = int(chosen[i])
-                out_ids[i].append(tok)
-                out_lps[i].append(float(logprobs[i, tok]))
-                if tok in stop_ids:
-                    finish[i] = "stop"
-                    active[i] = False
-                elif len(out_ids[i]) >= max_tokens[i]:
-                    active[i] = False
+            if len(settings) == 1:
+                chosen = _pick(logits, *settings[0], generator)
+            else:
+                chosen = torch.empty(batch, dtype=torch.long)
+                for st in settings:
+                    chosen[rows_of[st]] = _pick(logits[rows_of[st]], *st, generator)
+            tokens[:, t] = chosen
+            token_lps[:, t] = torch.log_softmax(logits, dim=-1).gather(-1, chosen.unsqueeze(-1)).squeeze(-1)
+            hit_stop = active & torch.isin(chosen, stop_tensor)
+            ended = hit_stop | (active & (limits <= t + 1))
+            lengths[ended] = t + 1
+            stopped |= hit_stop
+            active &= ~ended
             if not active.any():
                 break
             input_ids = chosen.unsqueeze(-1)
-            attention = torch.cat([attention, torch.ones((batch, 1), dtype=torch.long)], dim=-1)
+            attention[:, width + t] = 1
             positions = positions[:, -1:] + 1
-    return [Sample(out_ids[i], out_lps[i], finish[i]) for i in range(batch)]
+    ids, lps, ns, hits = tokens.tolist(), token_lps.tolist(), lengths.tolist(), stopped.tolist()
+    return [Sample(ids[i][:ns[i]], lps[i][:ns[i]], "stop" if hits[i] else "length") for i in range(batch)]

@@ -60,9 +60,11 @@ async def by_position(group):
     return [Score(reward=i / len(group.trajectories)) for i in range(len(group.trajectories))]
 
 
-def test_each_step_trains_checkpoints_and_serves_the_new_adapter(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("server_kind", ["local", "inprocess"])
+def test_each_step_trains_checkpoints_and_serves_the_new_adapter(tiny_model_dir, tmp_path, server_kind):
     events = Recorder()
-    summary = run(small_config(tiny_model_dir, tmp_path), scorer=by_position, sink=events)
+    summary = run(small_config(tiny_model_dir, tmp_path, server={"kind": server_kind}), scorer=by_position,
+                  sink=events)
     assert [e.model for e in events.of(GroupRolledOut)] == ["base", "base", "t@1", "t@1"]
     assert [e.metrics["adapter"] for e in events.of(StepFinished)] == ["t@1", "t@2"]
     assert (tmp_path / "checkpoints" / "step_0002" / "adapter_model.safetensors").exists()
@@ -291,8 +293,9 @@ def _cli(*args, **kwargs):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs)
 
 
-def test_resume_after_a_kill_continues_at_the_next_step_with_the_last_adapter(tiny_model_dir, tmp_path):
-    config = small_config(tiny_model_dir, tmp_path / "run", steps=4)
+@pytest.mark.parametrize("server_kind", ["local", "inprocess"])
+def test_resume_after_a_kill_continues_at_the_next_step_with_the_last_adapter(tiny_model_dir, tmp_path, server_kind):
+    config = small_config(tiny_model_dir, tmp_path / "run", steps=4, server={"kind": server_kind})
     path = tmp_path / "config.json"
     path.write_text(config.model_dump_json())
     first = _cli("run", "--config", str(path))

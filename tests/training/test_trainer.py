@@ -250,5 +250,8 @@ def test_a_gpu_worker_config_refuses_the_local_server(tiny_model_dir, tmp_path):
     config["trainer"] = {"require_gpu": True}
     with pytest.raises(ValueError, match="require_gpu refuses server.kind 'local'"):
         RunConfig.model_validate(config)
+    config["server"] = {"kind": "inprocess"}  # the same CPU sampler, inside the run's process
+    with pytest.raises(ValueError, match="require_gpu refuses server.kind 'inprocess'"):
+        RunConfig.model_validate(config)
     config["server"] = {"kind": "external", "url": "http://127.0.0.1:9/v1"}
     assert RunConfig.model_validate(config).trainer.require_gpu

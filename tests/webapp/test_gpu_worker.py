@@ -36,3 +36,11 @@ def test_a_worker_not_marked_as_a_gpu_worker_runs_cpu_runs_as_before(settings, s
     settings.STUDIO_GPU_WORKER = False
     run = run_factory()
     assert run_execute(run_id=run.id, worker="cpu@test") == RunStatus.COMPLETED
+
+
+def test_a_gpu_worker_refuses_the_inprocess_server_too(settings, scripted_engine):
+    settings.STUDIO_GPU_WORKER = True
+    run = run_factory(overrides={"device": "cuda", "server": {"kind": "inprocess"}})  # the same CPU sampler
+    assert run_execute(run_id=run.id, worker="gpu@test") == RunStatus.FAILED
+    run.refresh_from_db()
+    assert "server.kind 'inprocess'" in run.error

@@ -2,7 +2,9 @@
 
 `start_server(config, base_model, log_path)` starts (or attaches to) a server and returns an `InferenceServer`:
 its `base_url` is what an OpenAI client needs; `load_adapter` / `unload_adapter` hot-swap LoRA adapters under
-versioned names. Kinds: `local` (training.servers.local), `vllm` (training.servers.vllm), `external` (a URL).
+versioned names; `client()` / `async_client()` give the OpenAI client to call it with. Kinds: `local`
+(training.servers.local), `inprocess` (the same engine inside this process, training.servers.inprocess), `vllm`
+(training.servers.vllm), `external` (a URL).
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -54,6 +57,16 @@ class InferenceServer:
         response = self._http.post(f"{self.base_url}/unload_lora_adapter", json={"lora_name": name})
         if response.status_code != 200:
             raise TrainingError(f"the inference server could not unload adapter {name!r}: {response.text}")
+
+    def client(self) -> Any:
+        from openai import OpenAI
+
+        return OpenAI(base_url=self.base_url, api_key="unused", max_retries=0, timeout=600)
+
+    def async_client(self) -> Any:
+        from openai import AsyncOpenAI
+
+        return AsyncOpenAI(base_url=self.base_url, api_key="unused", max_retries=2, timeout=600)
 
     def sleep(self) -> None:
         """vLLM's sleep mode, level 1: weights to CPU RAM and the KV cache dropped, so the trainer has the GPU."""
@@ -159,7 +172,12 @@ def spawn(command: list[str], env: dict[str, str], log_path: Path) -> subprocess
 
 
 def start_server(config: ServerConfig, base_model: str, log_path: Path, *, device: str = "cpu",
-                 served_name: str = "base") -> InferenceServer:
+                 served_name: str = "base") -> Any:
+    """An `InferenceServer`, or for `inprocess` an `InProcessServer` with the same interface."""
+    if config.kind == "inprocess":
+        from training.servers.inprocess import InProcessServer
+
+        return InProcessServer(base_model, served_name, config.max_lora_rank, device)
     if config.kind == "external":
         server = InferenceServer(config.url or "", served_name)
         names = server.models()

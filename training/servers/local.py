@@ -55,7 +55,8 @@ class Job:
 class Engine:
     """Holds the model and adapters; one worker thread runs every forward pass (and adapter change)."""
 
-    def __init__(self, model_dir: str, served_name: str, max_lora_rank: int, device: str) -> None:
+    def __init__(self, model_dir: str, served_name: str, max_lora_rank: int, device: str,
+                 batch_gap_s: float = BATCH_GAP_S) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -66,6 +67,7 @@ class Engine:
         self.model: Any = self.base  # becomes a PeftModel once an adapter is loaded
         self.served_name = served_name
         self.model_dir = model_dir
+        self.batch_gap_s = batch_gap_s
         self.max_lora_rank = max_lora_rank
         self.adapters: dict[str, str] = {}  # served name -> path
         # peft module names cannot hold "." (a run name may), so each adapter gets a plain internal name.
@@ -73,7 +75,7 @@ class Engine:
         self.free_slots: list[tuple[str, str]] = []  # (shape signature, peft name) of unloaded adapters
         self.slot_shapes: dict[str, str] = {}  # peft name -> shape signature
         self.loaded_count = 0
-        self.jobs: queue.Queue[Job | tuple] = queue.Queue()
+        self.jobs: queue.Queue[Job | tuple | None] = queue.Queue()
         self.context = getattr(self.base.config, "max_position_embeddings", 2048)
         threading.Thread(target=self._work, daemon=True).start()
 
@@ -82,6 +84,9 @@ class Engine:
         fut: Future = Future()
         self.jobs.put((fn, args, fut))
         return fut.result()
+
+    def stop(self) -> None:
+        self.jobs.put(None)
 
     def load_adapter(self, name: str, path: str) -> None:
         # Same statuses as vLLM: 400 for a name in use, 404 for a path without an adapter.
@@ -151,6 +156,8 @@ class Engine:
     def _work(self) -> None:
         while True:
             item = self.jobs.get()
+            if item is None:  # stop(): an in-process engine's thread ends with its server
+                return
             if isinstance(item, tuple):
                 fn, args, fut = item
                 try:
@@ -160,7 +167,7 @@ class Engine:
                 continue
             batch = [item]
             opened = time.monotonic()
-            deadline = opened + (BATCH_GAP_S if item.seed is None else 0)  # seeded: alone
+            deadline = opened + (self.batch_gap_s if item.seed is None else 0)  # seeded: alone
             while (left := deadline - time.monotonic()) > 0:
                 try:
                     nxt = self.jobs.get(timeout=left)
@@ -171,7 +178,7 @@ class Engine:
                     self.jobs.put(nxt)  # adapter changes and other models wait for the next round
                     break
                 batch.append(nxt)
-                deadline = min(time.monotonic() + BATCH_GAP_S, opened + BATCH_CAP_S)  # more may be on the way
+                deadline = min(time.monotonic() + self.batch_gap_s, opened + BATCH_CAP_S)  # more may be on the way
             try:
                 samples = self._sample(batch)
             except Exception as err:  # noqa: BLE001

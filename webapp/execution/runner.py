@@ -67,8 +67,8 @@ def gpu_worker_refusal(config: dict) -> str | None:
     if device == "cpu":
         return None
     kind = config.get("server", {}).get("kind", "local")
-    if kind == "local":
-        return ("a GPU worker does not sample with server.kind 'local' (transformers' generate): use 'vllm' or "
+    if kind in ("local", "inprocess"):  # inprocess is the local server's engine in the run's own process
+        return (f"a GPU worker does not sample with server.kind '{kind}' (transformers' generate): use 'vllm' or "
                 "'external', or set device: cpu to run on this worker's CPU")
     import torch  # only GPU workers ask; the web process never imports torch for this
 
