@@ -88,6 +88,7 @@ class InProcessServer:
         self.model_name = served_name
         self.process = None
         self.log_path = None
+        self.sleeps_during_training = False  # vLLM's sleep mode only; this engine shares its process, not a GPU
 
     def models(self) -> list[str]:
         return [m["id"] for m in self.engine.models()["data"]]
