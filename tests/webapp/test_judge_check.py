@@ -20,10 +20,10 @@ def _store_groups(run) -> None:
 
 
 def test_the_judge_page_check_measures_flips_and_multi_pass_halves_them(client, judge_double, monkeypatch):
-    monkeypatch.setenv("TEST_JUDGE_API_KEY", "k")
+    monkeypatch.setenv("JUDGE_DOUBLE_API_KEY", "k")
     judge_double.responder = JudgeDouble.prefer_first(quality_rule, bonus=0.3)
     project = project_factory()
-    judge = judge_factory(project=project, api_base=judge_double.api_base, api_key_env="TEST_JUDGE_API_KEY")
+    judge = judge_factory(project=project, api_base=judge_double.api_base, api_key_env="JUDGE_DOUBLE_API_KEY")
     _store_groups(run_factory(project=project))
     client.force_login(project.owner)
     assert 'id="judge-check-link"' in client.get(f"/judges/{judge.pk}/").content.decode()

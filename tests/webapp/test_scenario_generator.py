@@ -29,9 +29,9 @@ def test_dedupe_drops_drafts_equal_up_to_case_punctuation_or_mostly_the_same_wor
 
 
 def test_drafts_are_reviewed_edited_and_only_accepted_ones_are_stored(client, judge_double, monkeypatch):
-    monkeypatch.setenv("TEST_JUDGE_API_KEY", "secret")
+    monkeypatch.setenv("JUDGE_DOUBLE_API_KEY", "secret")
     project = project_factory()
-    judge = judge_factory(project=project, api_base=judge_double.api_base, api_key_env="TEST_JUDGE_API_KEY")
+    judge = judge_factory(project=project, api_base=judge_double.api_base, api_key_env="JUDGE_DOUBLE_API_KEY")
     scenario_set = scenario_set_factory(project=project, scenarios=1)
     judge_double.queue(DRAFTS)
     client.force_login(project.owner)
@@ -63,9 +63,9 @@ def test_drafts_are_reviewed_edited_and_only_accepted_ones_are_stored(client, ju
 
 
 def test_a_bad_edit_or_reply_changes_nothing_and_says_why(client, judge_double, monkeypatch):
-    monkeypatch.setenv("TEST_JUDGE_API_KEY", "secret")
+    monkeypatch.setenv("JUDGE_DOUBLE_API_KEY", "secret")
     project = project_factory()
-    judge = judge_factory(project=project, api_base=judge_double.api_base, api_key_env="TEST_JUDGE_API_KEY")
+    judge = judge_factory(project=project, api_base=judge_double.api_base, api_key_env="JUDGE_DOUBLE_API_KEY")
     scenario_set = scenario_set_factory(project=project, scenarios=0)
     client.force_login(project.owner)
     url = f"/scenario-sets/{scenario_set.pk}/generate/"
