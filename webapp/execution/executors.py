@@ -10,6 +10,7 @@ import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Callable
 
 from django.conf import settings
 from django.db import close_old_connections, connections
@@ -52,43 +53,40 @@ def submit(run_id: int) -> None:
         _pool.submit(_execute_in_thread, run_id)
 
 
-# Playground re-scores wait on the judge API, not the GPU: their own pool, so they never queue behind a run.
-_judge_pool: ThreadPoolExecutor | None = None
-_judge_pending: set = set()  # futures of the judge pool: it has two threads, so a no-op is no barrier there
+# Re-scores wait on the judge API and evaluations load their own model: pools of their own, so neither ever
+# queues behind a run (nor a run behind them). wait_idle waits for their futures.
+_side_pools: dict[str, ThreadPoolExecutor] = {}
+_SIDE_WORKERS = {"judge": 2, "eval": 1}
+_side_pending: set = set()  # futures of the side pools: a no-op submitted there would be no barrier
+
+
+def _submit_side(pool: str, work: Callable[[], object], what: str) -> None:
+    with _pool_lock:
+        if pool not in _side_pools:
+            _side_pools[pool] = ThreadPoolExecutor(max_workers=_SIDE_WORKERS[pool],
+                                                   thread_name_prefix=f"studio-{pool}")
+        future = _side_pools[pool].submit(_side_work, work, what)
+        _side_pending.add(future)
+    future.add_done_callback(_side_pending.discard)
+
+
+def _side_work(work: Callable[[], object], what: str) -> None:
+    close_old_connections()
+    try:
+        work()
+    except Exception:
+        log.exception("%s failed", what)
+    finally:
+        connections.close_all()
 
 
 def submit_rescore(rescore_id: int) -> None:
-    global _judge_pool
-    with _pool_lock:
-        if _judge_pool is None:
-            _judge_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="studio-judge")
-        future = _judge_pool.submit(_rescore_in_thread, rescore_id)
-        _judge_pending.add(future)
-    future.add_done_callback(_judge_pending.discard)
-
-
-_eval_pool: ThreadPoolExecutor | None = None
+    _submit_side("judge", lambda: playground_execute(rescore_id=rescore_id), f"playground re-score {rescore_id}")
 
 
 def submit_evaluation(checkpoint_id: int) -> None:
-    """A checkpoint's evaluation on its own thread: it must not wait behind the next queued run."""
-    global _eval_pool
-    with _pool_lock:
-        if _eval_pool is None:
-            _eval_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="studio-eval")
-        future = _eval_pool.submit(_evaluate_in_thread, checkpoint_id)
-        _judge_pending.add(future)  # wait_idle waits for it too
-    future.add_done_callback(_judge_pending.discard)
-
-
-def _evaluate_in_thread(checkpoint_id: int) -> None:
-    close_old_connections()
-    try:
-        checkpoint_evaluate_execute(checkpoint_id=checkpoint_id)
-    except Exception:
-        log.exception("the evaluation of checkpoint %s failed", checkpoint_id)
-    finally:
-        connections.close_all()
+    _submit_side("eval", lambda: checkpoint_evaluate_execute(checkpoint_id=checkpoint_id),
+                 f"the evaluation of checkpoint {checkpoint_id}")
 
 
 def _run_local(name: str, object_id: int) -> None:
@@ -107,16 +105,6 @@ def executor_install() -> None:
     dispatch_install_local(executor=_run_local)
 
 
-def _rescore_in_thread(rescore_id: int) -> None:
-    close_old_connections()
-    try:
-        playground_execute(rescore_id=rescore_id)
-    except Exception:
-        log.exception("playground re-score %s failed", rescore_id)
-    finally:
-        connections.close_all()
-
-
 def _execute_in_thread(run_id: int) -> None:
     close_old_connections()
     try:
@@ -130,7 +118,7 @@ def _execute_in_thread(run_id: int) -> None:
 def wait_idle(timeout: float | None = None) -> None:
     """Blocks until every submitted in-process run has finished (tests, the demo command)."""
     with _pool_lock:
-        pool, pending = _pool, list(_judge_pending)
+        pool, pending = _pool, list(_side_pending)
     if pool is not None:
         pool.submit(lambda: None).result(timeout=timeout)
     for future in pending:
