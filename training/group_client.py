@@ -24,7 +24,8 @@ class GroupClient:
         self.requests = 0  # how many requests reached the server (the bench and tests read it)
 
     async def create(self, **kwargs: Any) -> Any:
-        if kwargs.get("n", 1) != 1 or kwargs.get("stream"):
+        # Greedy requests stay single: vLLM refuses n > 1 with temperature 0.
+        if kwargs.get("n", 1) != 1 or kwargs.get("stream") or kwargs.get("temperature") == 0:
             self.requests += 1
             return await self._client.chat.completions.create(**kwargs)
         key = json.dumps(kwargs, sort_keys=True, default=repr)

@@ -260,7 +260,7 @@ def test_each_newly_loaded_version_serves_its_own_weights_never_the_previous_one
 
 def test_ignore_eos_samples_every_choice_to_max_tokens(client: openai.OpenAI) -> None:
     # Fixed-length turns for benchmarks: even the greedy turn, which ends after a few tokens, runs to the limit.
-    response = client.chat.completions.create(model="base", messages=MESSAGES, n=4, temperature=0, max_tokens=32,
+    response = client.chat.completions.create(model="base", messages=MESSAGES, n=4, temperature=1.0, max_tokens=32,
                                               extra_body={"return_token_ids": True, "ignore_eos": True})
     assert [len(token_ids(c)) for c in response.choices] == [32] * 4
     assert {c.finish_reason for c in response.choices} == {"length"}
