@@ -14,6 +14,9 @@ template that keeps past turns verbatim (pass it as the tokenizer's chat_templat
 """
 from __future__ import annotations
 
+import json
+import threading
+import weakref
 from typing import Any
 
 from training.errors import TrainingError
@@ -73,14 +76,39 @@ def pad_token_id(tokenizer: Any) -> int:
     raise TrainingError("the tokenizer has neither a pad nor an EOS token to pad batches with")
 
 
+# Per tokenizer, the latest renderings and tokenisations: a group's N trajectories share their prompt, which is
+# then rendered and tokenised once instead of N times. Small, first in first out (a group's trajectories are
+# encoded one after another), and keyed by the template too, so a changed chat_template is never served stale.
+_MEMO: weakref.WeakKeyDictionary[Any, dict[tuple, Any]] = weakref.WeakKeyDictionary()
+_MEMO_SIZE = 256
+_MEMO_LOCK = threading.Lock()
+
+
+def _memoised(tokenizer: Any, key: tuple, make: Any) -> Any:
+    key = (getattr(tokenizer, "chat_template", None),) + key
+    with _MEMO_LOCK:
+        memo = _MEMO.setdefault(tokenizer, {})
+        if key in memo:
+            return memo[key]
+    value = make()
+    with _MEMO_LOCK:
+        if len(memo) >= _MEMO_SIZE:
+            memo.pop(next(iter(memo)))
+        memo[key] = value
+    return value
+
+
 def render(tokenizer: Any, messages: list[dict], tools: list[dict] | None, *, generation_prompt: bool) -> str:
-    return tokenizer.apply_chat_template(
-        messages, tools=tools or None, tokenize=False, add_generation_prompt=generation_prompt
-    )
+    key = ("render", json.dumps([messages, tools or None], sort_keys=True, default=str), generation_prompt)
+    return _memoised(tokenizer, key, lambda: tokenizer.apply_chat_template(
+        messages, tools=tools or None, tokenize=False, add_generation_prompt=generation_prompt))
 
 
 def _ids(tokenizer: Any, text: str) -> list[int]:
-    return tokenizer(text, add_special_tokens=False)["input_ids"] if text else []
+    if not text:
+        return []
+    return list(_memoised(tokenizer, ("ids", text),
+                          lambda: tuple(tokenizer(text, add_special_tokens=False)["input_ids"])))
 
 
 def encode_conversation(

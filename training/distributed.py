@@ -5,8 +5,8 @@ Launch with torchrun (or `accelerate launch`), which sets RANK, WORLD_SIZE, LOCA
     torchrun --nproc-per-node 4 -m training run --config config.json
 
 Rank 0 runs the loop (rollouts, scoring, checkpoints) and sends each step's groups to the others
-(`broadcast_from_rank0`); every process then holds the same step's trajectory groups and trains on its own
-shard of the rows, and the library's collectives (DDP's gradient all-reduce, `all_reduce` of token counts
+(`broadcast_from_rank0`), and SNAPSHOT when it saves the optimizer state (a collective under FSDP); every process
+then holds the same step's trajectory groups and trains on its own shard of the rows, and the library's collectives (DDP's gradient all-reduce, `all_reduce` of token counts
 and metrics) make the update the one a single process would make: each micro-batch's loss is weighted by its
 share of the tokens of all ranks, and the DDP average over ranks is undone by multiplying by the world size.
 """
@@ -19,6 +19,8 @@ import torch
 import torch.distributed as dist
 
 from training.errors import TrainingError
+
+SNAPSHOT = {"snapshot": True}  # rank 0 to the others: take the optimizer snapshot together (FSDP gathers it)
 
 
 def is_distributed() -> bool:
@@ -70,18 +72,30 @@ def wrap(module: torch.nn.Module, mode: str) -> torch.nn.Module:
     if not is_distributed() or mode == "none":
         return module
     if mode == "fsdp":
-        from functools import partial
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
 
-        from torch.distributed.fsdp import FullyShardedDataParallel
-        from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
-
-        # One FSDP unit per decoder layer: a layer's weights are gathered only while it runs. use_orig_params
-        # lets frozen base weights and trainable LoRA weights share a unit.
-        layers = {type(m) for m in module.modules() if type(m).__name__.endswith("DecoderLayer")}
-        policy = partial(transformer_auto_wrap_policy, transformer_layer_cls=layers)
-        return FullyShardedDataParallel(module, use_orig_params=True, auto_wrap_policy=policy,
-                                        device_id=torch.cuda.current_device() if torch.cuda.is_available() else None)
+        # FSDP2: one unit per decoder layer (a layer's weights are whole only while it runs), then the rest.
+        # Frozen base weights and trainable LoRA weights share a unit; on CPU it runs over gloo (the tests).
+        mesh = init_device_mesh(next(module.parameters()).device.type, (dist.get_world_size(),))
+        for layer in [m for m in module.modules() if type(m).__name__.endswith("DecoderLayer")]:
+            fully_shard(layer, mesh=mesh)
+        return fully_shard(module, mesh=mesh)
     return torch.nn.parallel.DistributedDataParallel(module)
+
+
+def is_sharded(module: torch.nn.Module) -> bool:
+    """Whether `module`'s parameters are FSDP shards: reading or writing them whole is then a collective."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(module, FSDPModule)
+
+
+def whole(tensor: torch.Tensor) -> torch.Tensor:
+    """A sharded tensor gathered from every rank (every rank must call this); any other tensor as it is."""
+    from torch.distributed.tensor import DTensor
+
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
 
 
 def sum_over_ranks(values: list[float], device: str) -> list[float]:

@@ -114,10 +114,12 @@ def token_logprobs(
         return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
 
     picked = []
+    # With several chunks, each is recomputed in the backward pass, so only one chunk's logits are ever alive,
+    # not every chunk's. A single chunk's logits are alive in its backward either way: no recomputation then.
+    recompute = torch.is_grad_enabled() and targets.numel() > chunk_tokens
     for start in range(0, targets.numel(), chunk_tokens):
         part = (states[start: start + chunk_tokens], targets[start: start + chunk_tokens])
-        if torch.is_grad_enabled():
-            # Recomputed in the backward pass, so only one chunk's logits are ever alive, not every chunk's.
+        if recompute:
             picked.append(torch.utils.checkpoint.checkpoint(chunk_logprobs, *part, use_reentrant=False))
         else:
             picked.append(chunk_logprobs(*part))

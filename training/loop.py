@@ -168,6 +168,9 @@ async def follow_rank0(trainer: Any, on_trainer: Any, start: int) -> RunSummary:
 
     steps = 0
     while not isinstance(message := await on_trainer(distributed.broadcast_from_rank0, None), str):
+        if message == distributed.SNAPSHOT:
+            await on_trainer(trainer.optimizer_snapshot)  # rank 0 writes it; FSDP needs every rank to gather it
+            continue
         await on_trainer(trainer.train_step, message)
         steps += 1
     return RunSummary(status=message, steps_done=start - 1 + steps, last_checkpoint=None, history=[])
@@ -213,7 +216,8 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
     writes: list[asyncio.Future] = []
 
     async def on_trainer(fn: Any, *args: Any) -> Any:
-        return await loop.run_in_executor(trainer_thread, fn, *args)
+        # An in-process server's engine thread takes over the trainer's calls once it runs (see InProcessServer).
+        return await loop.run_in_executor(getattr(server, "executor", None) or trainer_thread, fn, *args)
 
     async def save_optimizer(wait: bool = True) -> None:
         """Writes the optimizer state of the newest checkpoint on the writer thread, from a snapshot, so training
@@ -221,6 +225,8 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
         nonlocal unsaved
         if unsaved is not None:
             target, unsaved = unsaved.path / "optimizer.pt", None
+            if distributed.rank_and_world()[1] > 1:
+                await on_trainer(distributed.broadcast_from_rank0, distributed.SNAPSHOT)
             snapshot = await on_trainer(trainer.optimizer_snapshot)
             writes.append(loop.run_in_executor(writer, save_state, snapshot, target))
         if wait:
@@ -342,9 +348,9 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
             sink(StepFinished(step=step, metrics=metrics))
         else:
             step = config.steps + 1
-        if world > 1:  # the other ranks stop with this run's status
-            await on_trainer(distributed.broadcast_from_rank0, "completed" if step > config.steps else "cancelled")
         await save_optimizer()  # finished or cancelled: the newest checkpoint resumes exactly
+        if world > 1:  # the other ranks stop with this run's status (after the snapshot they take part in)
+            await on_trainer(distributed.broadcast_from_rank0, "completed" if step > config.steps else "cancelled")
     except Exception as err:
         sink(RunFailed(step=step, error=f"{type(err).__name__}: {err}"))
         try:

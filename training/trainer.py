@@ -67,6 +67,11 @@ def step_memory_bytes(config: Any, *, tokens: int, dtype: torch.dtype, checkpoin
     return tokens * per_token + chunk_tokens * getattr(config, "vocab_size", 0) * 4 * 5
 
 
+def _fused_ok(params: list[torch.nn.Parameter]) -> bool:
+    """AdamW's fused kernel (one call for every adapter tensor, not a Python loop over them) where torch has it."""
+    return all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
+
+
 class _PolicyLogprobs(torch.nn.Module):
     """The forward pass DDP/FSDP wrap: trained-position log-probs of the policy."""
 
@@ -109,10 +114,13 @@ class Trainer:
         self.temperature = temperature
         self.policy = distributed.wrap(
             _PolicyLogprobs(self.model, temperature, self.options.logprob_chunk_tokens), self.options.distributed)
-        params = [p for p in self.policy.parameters() if p.requires_grad]
+        params = self.trained_params = [p for p in self.policy.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=grpo.learning_rate, betas=grpo.adam_betas,
-                                           weight_decay=grpo.weight_decay)
+                                           weight_decay=grpo.weight_decay, fused=_fused_ok(params))
+        self.model.train()  # stays in training mode; measuring passes switch to eval and back
         self._check_fits(base)
+        if distributed.is_sharded(self.policy):
+            self._gather_adapter()
 
     def _load_base(self, base_model: str) -> torch.nn.Module:
         from transformers import AutoModelForCausalLM
@@ -202,10 +210,12 @@ class Trainer:
             micro.append(micro[-1] if micro else [every[0]])
             weights.append(0.0)
         epochs = self.grpo.epochs_per_step
-        self.model.eval()  # no dropout while measuring the policy that sampled
-        olds = [self._logprobs(mb) for mb in micro] if epochs > 1 else [None] * len(micro)
-        refs = [self._logprobs(mb, reference=True) for mb in micro] if self.grpo.beta > 0 else [None] * len(micro)
-        self.model.train()
+        olds, refs = [None] * len(micro), [None] * len(micro)
+        if epochs > 1 or self.grpo.beta > 0:
+            self.model.eval()  # no dropout while measuring the policy that sampled and the reference
+            olds = [self._logprobs(mb) for mb in micro] if epochs > 1 else olds
+            refs = [self._logprobs(mb, reference=True) for mb in micro] if self.grpo.beta > 0 else refs
+            self.model.train()  # a mode switch walks every module: only made when something is measured
         sums = {"loss": 0.0, "clip_fraction": 0.0, "ratio_mean": 0.0, "kl": 0.0, "gap": 0.0, "gap_tokens": 0.0}
         grad_norm = 0.0
         for _ in range(epochs):
@@ -232,10 +242,11 @@ class Trainer:
                 if weight:
                     sums["gap"] += float((lp.detach() - torch.nan_to_num(sampler)).abs()[known].sum()) / epochs
                     sums["gap_tokens"] += float(known.sum()) / epochs
-            params = [p for p in self.policy.parameters() if p.requires_grad]
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.grpo.max_grad_norm))
+            grad_norm = float(distributed.whole(torch.nn.utils.clip_grad_norm_(
+                self.trained_params, self.grpo.max_grad_norm, foreach=True)))  # the norm over every rank's shard
             self.optimizer.step()
-        self.model.eval()
+        if distributed.is_sharded(self.policy):
+            self._gather_adapter()
         keys = ["loss", "clip_fraction", "ratio_mean", "kl", "gap", "gap_tokens"]
         loss, clip, ratio, kl, gap, gap_tokens = distributed.sum_over_ranks([sums[k] for k in keys], self.device)
         informative = epochs > 1  # with one epoch the ratio is 1 and nothing clips
@@ -251,6 +262,18 @@ class Trainer:
         torch.save(self.optimizer.state_dict(), directory / "optimizer.pt")
         (directory / "state.json").write_text(json.dumps(state, indent=2))
 
+    def _adapter_names(self) -> dict[str, str]:
+        """Saved name (peft's, without the adapter's name) -> parameter name of each trainable adapter weight."""
+        if getattr(self, "_names", None) is None:
+            self._names = {k.replace(".default", ""): k for k, p in self.model.named_parameters() if p.requires_grad}
+        return self._names
+
+    def _gather_adapter(self) -> None:
+        """Under FSDP, after each step on every rank: the adapter whole, for rank 0 to save (a collective)."""
+        params = dict(self.model.named_parameters())
+        self._whole_adapter = {saved: distributed.whole(params[name].detach()).to("cpu")
+                               for saved, name in self._adapter_names().items()}
+
     def save_adapter(self, directory: Path) -> None:
         """The adapter alone, as `save` writes it (config and safetensors) but without peft's model card."""
         from peft import get_peft_model_state_dict
@@ -258,30 +281,51 @@ class Trainer:
 
         directory.mkdir(parents=True, exist_ok=True)
         self.model.peft_config["default"].save_pretrained(directory)
-        if getattr(self, "_adapter_params", None) is None:
-            # peft's state-dict walk visits every base weight (~9 ms on the tiny model): find the adapter's
-            # parameters under their saved names once, and check them against peft's own answer.
-            params = {k.replace(".default", ""): p for k, p in self.model.named_parameters() if p.requires_grad}
-            expected = get_peft_model_state_dict(self.model)
-            self._adapter_params = params if params.keys() == expected.keys() else None
-            if self._adapter_params is None:
-                weights = expected
-        if self._adapter_params is not None:
-            weights = self._adapter_params
+        if distributed.is_sharded(self.policy):
+            weights = self._whole_adapter
+        else:
+            # peft's state-dict walk visits every base weight (~9 ms on the tiny model): the adapter's parameters
+            # under their saved names, checked against peft's own answer once.
+            params = dict(self.model.named_parameters())
+            weights = {saved: params[name] for saved, name in self._adapter_names().items()}
+            if getattr(self, "_names_checked", None) is None:
+                self._names_checked = weights.keys() == get_peft_model_state_dict(self.model).keys()
+            if not self._names_checked:
+                weights = get_peft_model_state_dict(self.model)
         save_file({k: v.detach().to("cpu").contiguous() for k, v in weights.items()},
                   directory / "adapter_model.safetensors", metadata={"format": "pt"})
 
     def optimizer_snapshot(self) -> dict[str, Any]:
-        """A copy of the optimizer state that training can run past while it is written."""
+        """A copy of the optimizer state that training can run past while it is written. Under FSDP every rank
+        calls it (it gathers the state; rank 0 gets it whole, keyed by parameter name)."""
         import copy
 
+        if distributed.is_sharded(self.policy):
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+            return get_optimizer_state_dict(self.policy, self.optimizer,
+                                            options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         return copy.deepcopy(self.optimizer.state_dict())
 
     def load(self, directory: Path, *, optimizer: bool = True) -> None:
-        """Restores the adapter (and, to resume rather than fork, the optimizer state)."""
+        """Restores the adapter (and, to resume rather than fork, the optimizer state). Every rank calls it."""
         from peft import set_peft_model_state_dict
         from safetensors.torch import load_file
 
-        set_peft_model_state_dict(self.model, load_file(directory / "adapter_model.safetensors"))
-        if optimizer:
-            self.optimizer.load_state_dict(torch.load(directory / "optimizer.pt", weights_only=True))
+        weights = load_file(directory / "adapter_model.safetensors")
+        state = torch.load(directory / "optimizer.pt", weights_only=True) if optimizer else None
+        if distributed.is_sharded(self.policy):
+            from torch.distributed.checkpoint.state_dict import (
+                StateDictOptions, set_model_state_dict, set_optimizer_state_dict,
+            )
+
+            whole = StateDictOptions(full_state_dict=True, strict=False)
+            names = self._adapter_names()  # the policy wraps the peft model as `model`
+            set_model_state_dict(self.policy, {f"model.{names[k]}": v for k, v in weights.items()}, options=whole)
+            if state is not None:
+                set_optimizer_state_dict(self.policy, self.optimizer, state, options=whole)
+            self._gather_adapter()
+            return
+        set_peft_model_state_dict(self.model, weights)
+        if state is not None:
+            self.optimizer.load_state_dict(state)

@@ -9,6 +9,8 @@ Concurrent requests for the same model (base or adapter) are sampled together in
 the batch keeps collecting while requests keep arriving (a quiet gap closes it, a cap bounds the wait).
 An adapter loaded where an unloaded one of the same shape was is copied into that one's LoRA weights in place,
 which is much cheaper than building new peft modules; the served name is still the one the load asked for.
+The adapter loaded last is also folded into a plain copy of the model (`training.servers.folded`) and sampled
+without peft's per-layer dispatch; the copy shares every weight with the base but the adapted layers'.
 
 Run: python -m training.servers.local --model DIR [--served-model-name NAME] [--port 8000] [--max-lora-rank 8]
 """
@@ -27,6 +29,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+from training.servers.folded import FoldedCopy, foldable
 
 TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 BATCH_GAP_S = 0.01  # the batch closes when no request joined it for this long ...
@@ -65,6 +69,8 @@ class Engine:
         self.device = device
         self.base = AutoModelForCausalLM.from_pretrained(model_dir).to(device).eval()
         self.model: Any = self.base  # becomes a PeftModel once an adapter is loaded
+        self.plain = FoldedCopy(self.base)  # taken before peft adapts the base's modules in place
+        self.folded: str | None = None  # the served name whose adapter `self.plain` computes
         self.served_name = served_name
         self.model_dir = model_dir
         self.batch_gap_s = batch_gap_s
@@ -74,19 +80,40 @@ class Engine:
         self.peft_names: dict[str, str] = {}
         self.free_slots: list[tuple[str, str]] = []  # (shape signature, peft name) of unloaded adapters
         self.slot_shapes: dict[str, str] = {}  # peft name -> shape signature
+        self.slot_params: dict[str, dict[str, Any]] = {}  # peft name -> its LoRA parameters by saved name
         self.loaded_count = 0
         self.jobs: queue.Queue[Job | tuple | None] = queue.Queue()
+        self.lock = threading.Lock()
+        self.stopped = False
         self.context = getattr(self.base.config, "max_position_embeddings", 2048)
-        threading.Thread(target=self._work, daemon=True).start()
+        self.worker = threading.Thread(target=self._work, daemon=True, name="inference-engine")
+        self.worker.start()
 
     # Adapter changes run on the worker thread so they never race a forward pass.
-    def call(self, fn, *args) -> Any:
+    def submit(self, fn, *args) -> Future:
         fut: Future = Future()
-        self.jobs.put((fn, args, fut))
-        return fut.result()
+        if threading.current_thread() is self.worker:  # a job of this thread: waiting on the queue would deadlock
+            try:
+                fut.set_result(fn(*args))
+            except Exception as err:  # noqa: BLE001 - handed back through the future, as from the queue
+                fut.set_exception(err)
+            return fut
+        self._put((fn, args, fut))
+        return fut
+
+    def call(self, fn, *args) -> Any:
+        return self.submit(fn, *args).result()
+
+    def _put(self, item: Job | tuple) -> None:
+        with self.lock:  # nothing joins the queue after stop(), so nothing waits there for a thread that has ended
+            if self.stopped:
+                raise ApiError(503, "the inference engine has stopped")
+            self.jobs.put(item)
 
     def stop(self) -> None:
-        self.jobs.put(None)
+        with self.lock:
+            self.stopped = True
+            self.jobs.put(None)
 
     def load_adapter(self, name: str, path: str) -> None:
         # Same statuses as vLLM: 400 for a name in use, 404 for a path without an adapter.
@@ -115,8 +142,10 @@ class Engine:
             else:
                 self.model.load_adapter(path, adapter_name=peft_name)
             self.slot_shapes[peft_name] = shape
+            self.plain.find_layers(self.model)
         self.adapters[name] = path
         self.peft_names[name] = peft_name
+        self.folded = name if foldable(adapter_config) and self.plain.fold(peft_name) else None
 
     def _refill(self, shape: str, path: Path) -> str | None:
         """Copies the adapter's weights into a free slot of the same shape; None when there is none."""
@@ -129,8 +158,12 @@ class Engine:
         if not weights_file.exists():
             raise ApiError(404, f"Loading lora failed: No adapter weights found in {path}")
         weights = load_file(weights_file, device=self.device)
-        # The slot's parameters under the names the file uses (peft saves them without the adapter's name).
-        params = {name.replace(f".{slot}.", "."): p for name, p in self.model.named_parameters() if f".{slot}." in name}
+        # The slot's parameters under the names the file uses (peft saves them without the adapter's name),
+        # found once per slot: walking every parameter of the model costs more than the copy itself.
+        if slot not in self.slot_params:
+            self.slot_params[slot] = {name.replace(f".{slot}.", "."): p for name, p in self.model.named_parameters()
+                                      if f".{slot}." in name}
+        params = self.slot_params[slot]
         if params.keys() != weights.keys() or any(params[k].shape != w.shape for k, w in weights.items()):
             return None  # not the same shape after all: it gets modules of its own
         with self.torch.no_grad():
@@ -144,6 +177,8 @@ class Engine:
             raise ApiError(404, f"The lora adapter '{name}' cannot be found.")
         peft_name = self.peft_names.pop(name)
         del self.adapters[name]
+        if self.folded == name:
+            self.folded = None
         # The name is gone from the served list at once; its LoRA modules wait to be refilled by the next load.
         self.free_slots.append((self.slot_shapes[peft_name], peft_name))
         while len(self.free_slots) > FREE_SLOTS:
@@ -152,11 +187,13 @@ class Engine:
             self.model.set_adapter(keep)  # never delete the active adapter (peft keeps a stale name then)
             self.model.delete_adapter(oldest)
             del self.slot_shapes[oldest]
+            self.slot_params.pop(oldest, None)
 
     def _work(self) -> None:
         while True:
             item = self.jobs.get()
             if item is None:  # stop(): an in-process engine's thread ends with its server
+                self._refuse_queued()
                 return
             if isinstance(item, tuple):
                 fn, args, fut = item
@@ -173,9 +210,9 @@ class Engine:
                     nxt = self.jobs.get(timeout=left)
                 except queue.Empty:
                     break
-                if isinstance(nxt, tuple) or (nxt.model, nxt.ignore_eos) != (item.model, item.ignore_eos) \
+                if nxt is None or isinstance(nxt, tuple) or (nxt.model, nxt.ignore_eos) != (item.model, item.ignore_eos) \
                         or nxt.seed is not None:
-                    self.jobs.put(nxt)  # adapter changes and other models wait for the next round
+                    self.jobs.put(nxt)  # stop, adapter changes and other models wait for the next round
                     break
                 batch.append(nxt)
                 deadline = min(time.monotonic() + self.batch_gap_s, opened + BATCH_CAP_S)  # more may be on the way
@@ -187,6 +224,13 @@ class Engine:
                 continue
             for job, s in zip(batch, samples):
                 job.future.set_result(s)
+
+    def _refuse_queued(self) -> None:
+        error = ApiError(503, "the inference engine has stopped")
+        while not self.jobs.empty():
+            item = self.jobs.get()
+            if item is not None:
+                (item[2] if isinstance(item, tuple) else item.future).set_exception(error)
 
     def _sample(self, batch: list[Job]) -> list:
         from training.sampling import sample_batch
@@ -207,6 +251,8 @@ class Engine:
                 return sample_batch(self.base, **kwargs)
             with self.model.disable_adapter():
                 return sample_batch(self.model, **kwargs)
+        if batch[0].model == self.folded:
+            return sample_batch(self.plain.model, **kwargs)
         self.model.set_adapter(self.peft_names[batch[0].model])
         return sample_batch(self.model, **kwargs)
 
@@ -245,7 +291,7 @@ class Engine:
                     None if body.get("seed") is None else int(body["seed"]) + i, bool(body.get("ignore_eos")))
                 for i in range(n)]
         for job in jobs:
-            self.jobs.put(job)
+            self._put(job)
         samples = [job.future.result() for job in jobs]
         stops = body.get("stop") or []
         stops = [stops] if isinstance(stops, str) else stops
