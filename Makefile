@@ -101,10 +101,12 @@ test-gpu: venv
 bench-gpu: venv
 	$(BIN)/python -m bench.gpu_bench
 
-# The engine (training/, judging/) on Python 3.12, in a separate venv with only the engine's pins. Needs a torch
-# 2.13.0 wheel for 3.12 (none is on this machine's disk; elsewhere pass
-# PY312_PIP_ARGS="--extra-index-url https://download.pytorch.org/whl/cpu" to get the CPU build, not CUDA's).
-PY312 ?= python3.12
+# The engine (training/, judging/) on Python 3.12, in a separate venv with only the engine's pins. pip takes
+# torch 2.13.0 for 3.12 from PyPI: its CUDA build (about 5 GB installed), which runs on a CPU too; pass
+# PY312_PIP_ARGS="--extra-index-url https://download.pytorch.org/whl/cpu" for the CPU build where that index is reachable.
+# python3.12 on the PATH, else pyenv's newest 3.12 (its shim refuses to run a version that is not selected).
+PY312 ?= $(shell python3.12 -c "" 2>/dev/null && echo python3.12 || \
+	{ v=$$(pyenv versions --bare 2>/dev/null | grep -E '^3\.12' | tail -1); [ -n "$$v" ] && echo "env PYENV_VERSION=$$v python3.12"; })
 PY312_VENV := .venv-py312
 PY312_PIP_ARGS ?=
 ENGINE_PINS = $$(grep -iE '^(torch|transformers|peft|tokenizers|accelerate|safetensors|pydantic|pydantic_core|httpx|openai|litellm|Jinja2|pytest|pytest-asyncio|pytest-timeout)==' requirements.lock)
@@ -112,6 +114,7 @@ $(PY312_VENV)/bin/python:
 	$(PY312) -m venv $(PY312_VENV)
 test-engine-py312: $(PY312_VENV)/bin/python
 	$(PY312_VENV)/bin/pip install -q $(ENGINE_PINS) $(PY312_PIP_ARGS)
+	$(PY312_VENV)/bin/pip install -q --no-deps -e .
 	$(PY312_VENV)/bin/python -m pytest -q -p no:cacheprovider -o addopts="-m 'not vllm and not gpu'" tests/training tests/judging
 
 # Without a 3.12 torch: byte-compile the engine under 3.12, import its torch-free modules, run the chat-template tests.

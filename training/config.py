@@ -162,6 +162,11 @@ class TrainerConfig(_Strict):
         None, description="The GPUs the trainer uses, as indices into the worker's visible GPUs: one per process "
         "(process LOCAL_RANK takes gpus[LOCAL_RANK]). None = cuda:LOCAL_RANK (cuda:0 in one process)."
     )
+    processes: int | None = Field(
+        None, ge=1, le=1024, description="Training processes a worker starts for the run through torchrun "
+        "(--nproc-per-node) when trainer.distributed is ddp or fsdp. None = one per trainer.gpus entry. "
+        "Ignored by `torchrun ... -m training run`, where torchrun's own count holds."
+    )
 
     @model_validator(mode="after")
     def _gpus_match_processes(self) -> "TrainerConfig":
@@ -171,7 +176,21 @@ class TrainerConfig(_Strict):
                 raise ValueError(f"trainer.gpus lists {len(self.gpus)} GPUs but one process trains on one: set "
                                  "trainer.distributed (ddp or fsdp) and launch with torchrun --nproc-per-node "
                                  f"{len(self.gpus)}")
+            if self.processes is not None and self.processes != len(self.gpus):
+                raise ValueError(f"trainer.processes is {self.processes} but trainer.gpus lists {len(self.gpus)} "
+                                 "GPUs: one process per GPU")
+        if self.distributed == "none" and (self.processes or 1) > 1:
+            raise ValueError("trainer.processes above 1 needs trainer.distributed (ddp or fsdp)")
         return self
+
+    def launch_processes(self) -> int:
+        """How many training processes a worker starts for the run (1: no torchrun)."""
+        if self.distributed == "none":
+            return 1
+        if self.processes is None and self.gpus is None:
+            raise TrainingError(f"trainer.distributed is {self.distributed!r}: set trainer.processes (or "
+                                "trainer.gpus) to say how many training processes to start")
+        return self.processes or len(self.gpus or [])
 
 
 class RunConfig(_Strict):

@@ -118,6 +118,7 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(params, lr=grpo.learning_rate, betas=grpo.adam_betas,
                                            weight_decay=grpo.weight_decay, fused=_fused_ok(params))
         self.model.train()  # stays in training mode; measuring passes switch to eval and back
+        self._saved_params: dict[str, torch.nn.Parameter] | None = None  # for save_adapter, found once
         self._check_fits(base)
         if distributed.is_sharded(self.policy):
             self._gather_adapter()
@@ -262,17 +263,14 @@ class Trainer:
         torch.save(self.optimizer.state_dict(), directory / "optimizer.pt")
         (directory / "state.json").write_text(json.dumps(state, indent=2))
 
-    def _adapter_names(self) -> dict[str, str]:
-        """Saved name (peft's, without the adapter's name) -> parameter name of each trainable adapter weight."""
-        if getattr(self, "_names", None) is None:
-            self._names = {k.replace(".default", ""): k for k, p in self.model.named_parameters() if p.requires_grad}
-        return self._names
+    def _trained_by_saved_name(self) -> dict[str, torch.nn.Parameter]:
+        """The adapter's weights under the names peft saves them (without the adapter's name)."""
+        return {k.replace(".default", ""): p for k, p in self.model.named_parameters() if p.requires_grad}
 
     def _gather_adapter(self) -> None:
         """Under FSDP, after each step on every rank: the adapter whole, for rank 0 to save (a collective)."""
-        params = dict(self.model.named_parameters())
-        self._whole_adapter = {saved: distributed.whole(params[name].detach()).to("cpu")
-                               for saved, name in self._adapter_names().items()}
+        self._whole_adapter = {k: distributed.whole(p.detach()).to("cpu")
+                               for k, p in self._trained_by_saved_name().items()}
 
     def save_adapter(self, directory: Path) -> None:
         """The adapter alone, as `save` writes it (config and safetensors) but without peft's model card."""
@@ -284,14 +282,12 @@ class Trainer:
         if distributed.is_sharded(self.policy):
             weights = self._whole_adapter
         else:
-            # peft's state-dict walk visits every base weight (~9 ms on the tiny model): the adapter's parameters
-            # under their saved names, checked against peft's own answer once.
-            params = dict(self.model.named_parameters())
-            weights = {saved: params[name] for saved, name in self._adapter_names().items()}
-            if getattr(self, "_names_checked", None) is None:
-                self._names_checked = weights.keys() == get_peft_model_state_dict(self.model).keys()
-            if not self._names_checked:
-                weights = get_peft_model_state_dict(self.model)
+            if self._saved_params is None:
+                # peft's state-dict walk visits every base weight (~9 ms on the tiny model): the adapter's
+                # parameters under their saved names are found once, and checked against peft's own answer.
+                params = self._trained_by_saved_name()
+                self._saved_params = params if params.keys() == get_peft_model_state_dict(self.model).keys() else {}
+            weights = self._saved_params or get_peft_model_state_dict(self.model)
         save_file({k: v.detach().to("cpu").contiguous() for k, v in weights.items()},
                   directory / "adapter_model.safetensors", metadata={"format": "pt"})
 
@@ -320,7 +316,8 @@ class Trainer:
             )
 
             whole = StateDictOptions(full_state_dict=True, strict=False)
-            names = self._adapter_names()  # the policy wraps the peft model as `model`
+            names = {k.replace(".default", ""): k for k, p in self.model.named_parameters() if p.requires_grad}
+            # The policy module holds the peft model as `model`.
             set_model_state_dict(self.policy, {f"model.{names[k]}": v for k, v in weights.items()}, options=whole)
             if state is not None:
                 set_optimizer_state_dict(self.policy, self.optimizer, state, options=whole)

@@ -108,7 +108,20 @@ def test_gpus_shared_by_vllm_and_the_trainer_need_a_sharing_plan() -> None:
     ({"trainer": {"gpus": [-1]}}, "distinct"),
     ({"trainer": {"gpus": [2, 3]}}, "torchrun --nproc-per-node 2"),
     ({"trainer": {"gpus": [0]}, "device": "cpu"}, "device is 'cpu'"),
+    ({"trainer": {"processes": 2}}, "processes above 1 needs trainer.distributed"),
+    ({"trainer": {"distributed": "ddp", "processes": 3, "gpus": [0, 1]}}, "one process per GPU"),
 ])
 def test_bad_gpu_settings_are_clear_errors(parts: dict, message: str) -> None:
     with pytest.raises(TrainingError, match=message):
         parse_run_config(base_config(**parts))
+
+
+def test_a_worker_starts_one_training_process_per_listed_gpu_or_as_many_as_asked() -> None:
+    def processes(**trainer: object) -> int:
+        return parse_run_config(base_config(trainer=trainer)).trainer.launch_processes()
+
+    assert processes() == 1
+    assert processes(distributed="ddp", gpus=[1, 2, 3]) == 3
+    assert processes(distributed="fsdp", processes=2) == 2
+    with pytest.raises(TrainingError, match="set trainer.processes"):
+        processes(distributed="ddp")

@@ -120,7 +120,7 @@ def tiny_run(tiny_model_dir):
     from webapp.models import Agent, Scenario, ScenarioSet
     from webapp.services.runs import run_launch
 
-    def launch(*, steps: int = 2, project=None, judge_config=None, rubric_version=None):
+    def launch(*, steps: int = 2, project=None, judge_config=None, rubric_version=None, overrides=None):
         demo = demo_config(out_dir="unused", steps=steps, model_dir=tiny_model_dir)
         project = project or project_factory()
         agent = Agent.objects.create(project=project, name="tiny 2048 player", base_model=str(tiny_model_dir),
@@ -132,7 +132,7 @@ def tiny_run(tiny_model_dir):
         return run_launch(user=project.owner, project=project, name="tiny", agent=agent, scenario_set=scenario_set,
                           judge_config=judge_config, rubric_version=rubric_version, steps=steps, group_size=4,
                           groups_per_step=2, learning_rate=demo.grpo.learning_rate,
-                          overrides={"device": "cpu", "lora": demo.lora.model_dump()})
+                          overrides={"device": "cpu", "lora": demo.lora.model_dump(), **(overrides or {})})
 
     return launch
 

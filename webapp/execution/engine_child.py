@@ -1,5 +1,10 @@
 """The engine process of one run: `python -m webapp.execution.engine_child EVENTS_FD` (started by runner.py).
 
+A run with several training processes starts as `torchrun --standalone --nproc-per-node N -m
+webapp.execution.engine_child stdout --spec FILE`: torchrun passes no other descriptor on, so rank 0 writes the
+events to stdout (and redirects its own stdout prints to the log), every rank reads the spec from FILE, only
+rank 0 reads stdin and reports, and the other ranks train what rank 0 sends them (training/distributed.py).
+
 It never imports Django. Protocol with the parent:
 - stdin, first line: {"config": RunConfig JSON, "engine": "module:function"}; later lines: {"control": state}
   or {"review": {"step": N, "rewards": {"<group index>": [effective reward per trajectory, or null]}}}, the
@@ -11,6 +16,7 @@ Torch threads are limited by the parent through OMP_NUM_THREADS, so the web proc
 """
 from __future__ import annotations
 
+import argparse
 import asyncio
 import importlib
 import inspect
@@ -19,6 +25,7 @@ import os
 import sys
 import threading
 import traceback
+from pathlib import Path
 from typing import Any
 
 from training.control import StaticControl
@@ -103,24 +110,45 @@ def _load(path: str):
     return getattr(importlib.import_module(module), attr or "train")
 
 
+def _null_sink(event: Any) -> None:
+    pass  # ranks above 0 report nothing: rank 0 speaks for the run
+
+
 def main() -> int:
-    writer = _EventWriter(int(sys.argv[1]))
-    spec = json.loads(sys.stdin.readline())
+    parser = argparse.ArgumentParser(prog="python -m webapp.execution.engine_child")
+    parser.add_argument("events", help="file descriptor for the events, or `stdout` (under torchrun)")
+    parser.add_argument("--spec", help="the run's spec as a JSON file, for every rank (else stdin's first line)")
+    args = parser.parse_args()
+    rank = int(os.environ.get("RANK", "0"))  # as torchrun sets it (training.distributed imports torch: not yet)
+    spec = json.loads(Path(args.spec).read_text() if args.spec else sys.stdin.readline())
     control = StaticControl()
-    mailbox = ReviewMailbox()
-    threading.Thread(target=_follow_control, args=(control, mailbox), daemon=True, name="control").start()
+    if rank > 0:
+        # Another rank of a torchrun launch: it trains the groups rank 0 sends and stops with rank 0's status.
+        # stdin is rank 0's (the parent's controls), and the events are rank 0's to write.
+        writer: Any = _null_sink
+        mailbox = None
+        os.dup2(2, 1)  # stdout is rank 0's event stream: this rank's prints go to the log
+    else:
+        if args.events == "stdout":  # torchrun keeps no other descriptor open: stdout carries the events, and
+            events_fd = os.dup(1)  # anything else printed to stdout goes to the log (stderr) instead
+            os.dup2(2, 1)
+        else:
+            events_fd = int(args.events)
+        writer = _EventWriter(events_fd)
+        mailbox = ReviewMailbox()
+        threading.Thread(target=_follow_control, args=(control, mailbox), daemon=True, name="control").start()
     try:
         from training.config import parse_run_config
 
         config = parse_run_config(spec["config"])
         scorer = None
-        if config.judge:
+        if config.judge and rank == 0:
             from studio.scoring import judge_scorer_from_config
 
             scorer = judge_scorer_from_config(config.judge)  # its accounting: JudgeUsage events
         engine = _load(spec.get("engine") or "training.loop:train")
         extra = {}
-        if "review" in inspect.signature(engine).parameters:
+        if "review" in inspect.signature(engine).parameters and mailbox is not None:
             # Always hooked: without a review gate the parent answers at once with the overrides made so far.
             extra["review"] = review_hook(mailbox, control)
         result = engine(config, scorer=scorer, sink=writer, control=control, **extra)

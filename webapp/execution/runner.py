@@ -4,6 +4,8 @@ executor, so both paths run the same code.
 
 The engine runs in a child process (engine_child.py): its torch threads and GIL never slow the web process
 or the Celery worker's heartbeat, and a worker killed mid-run takes the child down with it (stdin closes).
+A run with `trainer.distributed` set starts its training processes through torchrun (`trainer.processes`, or
+one per `trainer.gpus` entry); rank 0 is the one this module talks to.
 """
 from __future__ import annotations
 
@@ -19,6 +21,10 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections
+from pydantic import ValidationError
+
+from training.config import TrainerConfig
+from training.errors import TrainingError
 
 from studio.key_policy import POLICY_ENV
 from webapp.live.ingest import run_event_ingest
@@ -81,10 +87,15 @@ def gpu_worker_refusal(config: dict) -> str | None:
 
 def start_problems(config: dict, env: dict[str, str]) -> list[str]:
     """What this worker lacks to run `config`, in plain sentences: the judge's key variable in the engine's
-    environment `env`, and (unless STUDIO_MODEL_CHECK is off) a base model that exists, loads and fits here."""
+    environment `env`, how many training processes to start, and (unless STUDIO_MODEL_CHECK is off) a base
+    model that exists, loads and fits here."""
     key = (config.get("judge") or {}).get("api_key_env")
     problems = [f"the judge's key variable {key} is not set on this worker; set it in the worker's environment "
                 "and restart it, or store the key on the judge"] if key and not env.get(key) else []
+    try:
+        TrainerConfig.model_validate(config.get("trainer") or {}).launch_processes()
+    except (TrainingError, ValidationError) as err:
+        problems.append(str(err))
     if settings.STUDIO_MODEL_CHECK != "off":
         problems += run_model_problems(config=config)
     return problems
@@ -111,16 +122,33 @@ def run_execute(*, run_id: int, worker: str) -> str:
     out_dir = Path(run.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     log_path = out_dir / "engine.log"
-    read_fd, write_fd = os.pipe()
+    spec = {"config": run.config, "engine": settings.STUDIO_ENGINE}
+    processes = TrainerConfig.model_validate(run.config.get("trainer") or {}).launch_processes()
     with open(log_path, "ab") as log_file:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "webapp.execution.engine_child", str(write_fd)],
-            stdin=subprocess.PIPE, stdout=log_file, stderr=subprocess.STDOUT, pass_fds=(write_fd,),
-            env=env, cwd=str(settings.BASE_DIR), preexec_fn=_nice,
-        )
-    os.close(write_fd)
+        if processes == 1:
+            read_fd, write_fd = os.pipe()
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "webapp.execution.engine_child", str(write_fd)],
+                stdin=subprocess.PIPE, stdout=log_file, stderr=subprocess.STDOUT, pass_fds=(write_fd,),
+                env=env, cwd=str(settings.BASE_DIR), preexec_fn=_nice,
+            )
+            os.close(write_fd)
+        else:
+            # torchrun starts the ranks and passes no descriptor but stdin/stdout/stderr on: rank 0 writes the
+            # events to stdout, and every rank reads the spec from a file (stdin is rank 0's, for controls).
+            spec_path = out_dir / "engine-spec.json"
+            spec_path.write_text(json.dumps(spec))
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes),
+                 "-m", "webapp.execution.engine_child", "stdout", "--spec", str(spec_path)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_file,
+                env=env, cwd=str(settings.BASE_DIR), preexec_fn=_nice,
+            )
+            read_fd = os.dup(proc.stdout.fileno())
+            proc.stdout.close()
     try:
-        _write(proc, {"config": run.config, "engine": settings.STUDIO_ENGINE})
+        if processes == 1:
+            _write(proc, spec)
         _pump(proc, read_fd, run_id=run_id, worker=worker)
     finally:
         os.close(read_fd)
@@ -132,10 +160,20 @@ def run_execute(*, run_id: int, worker: str) -> str:
         try:
             code = proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            code = proc.wait()
+            code = _stop(proc)
     run_finish_after_engine(run_id=run_id, worker=worker, exit_code=code, log_tail=_tail(log_path))
     return Run.objects.values_list("status", flat=True).get(pk=run_id)
+
+
+def _stop(proc: subprocess.Popen) -> int:
+    """Ends the engine: SIGTERM first, which torchrun passes on to its ranks (they run in sessions of their own
+    and would outlive a SIGKILL of torchrun), then SIGKILL."""
+    proc.terminate()
+    try:
+        return proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()
 
 
 def _write(proc: subprocess.Popen, message: dict) -> None:
@@ -189,7 +227,7 @@ def _pump(proc: subprocess.Popen, read_fd: int, *, run_id: int, worker: str) -> 
         if state == "lost":
             # Two engines must never write one run: this one stops now, and the run resumes from its checkpoint.
             log.warning("run %s is no longer %s's; stopping its engine", run_id, worker)
-            proc.kill()
+            _stop(proc)
             return
         if state != sent_state:
             _write(proc, {"control": state})
