@@ -87,10 +87,15 @@ _MEMO_LOCK = threading.Lock()
 def _memoised(tokenizer: Any, key: tuple, make: Any) -> Any:
     key = (getattr(tokenizer, "chat_template", None),) + key
     with _MEMO_LOCK:
-        memo = _MEMO.setdefault(tokenizer, {})
-        if key in memo:
+        try:
+            memo = _MEMO.setdefault(tokenizer, {})
+        except TypeError:  # a tokenizer object that cannot be weakly referenced or hashed: no memo for it
+            memo = None
+        if memo is not None and key in memo:
             return memo[key]
     value = make()
+    if memo is None:
+        return value
     with _MEMO_LOCK:
         if len(memo) >= _MEMO_SIZE:
             memo.pop(next(iter(memo)))

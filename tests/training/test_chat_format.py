@@ -66,3 +66,14 @@ def test_tool_calls_are_trained_and_tool_results_are_context(tokenizer):
     assert trained.endswith("It is 4.<|im_end|>")
     assert "calculator" in tokenizer.decode(ids[: ids.index(tokenizer.convert_tokens_to_ids("<|im_start|>"), 1)])
     assert "4<|im_end|>\n<|im_start|>assistant" not in trained
+
+
+def test_a_changed_chat_template_is_rendered_anew_not_served_from_the_memo(tiny_model_dir):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)  # its own: the template is changed below
+    messages = [{"role": "user", "content": "hi"}]
+    first = render(tokenizer, messages, None, generation_prompt=False)
+    assert render(tokenizer, messages, None, generation_prompt=False) == first
+    tokenizer.chat_template = "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
+    assert render(tokenizer, messages, None, generation_prompt=False) == "[user] hi\n"
+    # An edited message is a new key, whatever was rendered before.
+    assert render(tokenizer, [{"role": "user", "content": "ho"}], None, generation_prompt=False) == "[user] ho\n"
