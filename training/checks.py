@@ -33,10 +33,9 @@ class RunChecks:
                                    rollout_config=rollout_config, scorer=scorer, total_steps=config.steps,
                                    seed=config.seed)
 
-    def _alert(self, alerts: list) -> None:
-        for a in alerts:
-            self.sink(MonitorAlert(step=a.step, monitor=a.monitor, value=a.value, threshold=a.threshold,
-                                   message=a.message, pause=a.pause))
+    def _alert(self, alerts: list[MonitorAlert]) -> None:
+        for alert in alerts:
+            self.sink(alert)
 
     async def evaluate(self, step: int, client: Any, *, model: str, base_model: str) -> dict[str, Any]:
         result = await self.evaluator.evaluate(step, client, model=model, base_model=base_model)

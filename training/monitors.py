@@ -2,18 +2,18 @@
 
 A policy can raise a judge's scores without getting better: by writing longer answers, repeating itself, or
 finding what the judge likes that the task does not reward. Each step yields signals (prefixed `mon_` in the
-step metrics so they are charted with the rest) and, when a signal crosses its run's threshold, an Alert. An
+step metrics so they are charted with the rest) and, when a signal crosses its run's threshold, a MonitorAlert. An
 alert fires when the signal crosses and again only after it has recovered. Alerts whose monitor is listed in
 `pause_on` ask the watcher to pause the run (the web app does, as for a spent judge budget).
 """
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from training.events import MonitorAlert
 from training.types import Trajectory, TrajectoryGroup
 
 MonitorName = Literal["length", "repetition", "empty", "judge_divergence", "kl", "zero_variance"]
@@ -36,16 +36,6 @@ class MonitorConfig(BaseModel):
         0.9, ge=0.0, le=1.0, description="Alert above this fraction of groups with no reward spread (no gradient).")
     pause_on: list[MonitorName] = Field(
         default_factory=lambda: ["judge_divergence"], description="Monitors whose alert pauses the run.")
-
-
-@dataclass
-class Alert:
-    step: int
-    monitor: str
-    value: float
-    threshold: float
-    message: str
-    pause: bool
 
 
 def answers(t: Trajectory) -> list[str]:
@@ -90,21 +80,22 @@ class Monitors:
         self.firing: set[str] = set()
 
     def _check(self, step: int, name: str, value: float | None, threshold: float, crossed: bool,
-               message: str) -> list[Alert]:
+               message: str) -> list[MonitorAlert]:
         if value is None or not crossed:
             self.firing.discard(name)
             return []
         if name in self.firing:
             return []
         self.firing.add(name)
-        return [Alert(step, name, value, threshold, message, name in self.config.pause_on)]
+        return [MonitorAlert(step=step, monitor=name, value=value, threshold=threshold, message=message,
+                             pause=name in self.config.pause_on)]
 
-    def observe_step(self, step: int, signals: dict[str, float | None]) -> list[Alert]:
+    def observe_step(self, step: int, signals: dict[str, float | None]) -> list[MonitorAlert]:
         c = self.config
         for key, value in signals.items():
             if value is not None:
                 self.history.setdefault(key, []).append(value)
-        alerts: list[Alert] = []
+        alerts: list[MonitorAlert] = []
         lengths = self.history.get("mon_length_chars", [])
         growth = None
         if len(lengths) >= 2 * c.window and statistics.fmean(lengths[:c.window]) > 0:
@@ -127,12 +118,12 @@ class Monitors:
         alerts += self._divergence(step)
         return alerts
 
-    def observe_evaluation(self, step: int, win_rate: float | None) -> list[Alert]:
+    def observe_evaluation(self, step: int, win_rate: float | None) -> list[MonitorAlert]:
         if win_rate is not None:
             self.win_rates.append(win_rate)
         return self._divergence(step)
 
-    def _divergence(self, step: int) -> list[Alert]:
+    def _divergence(self, step: int) -> list[MonitorAlert]:
         c = self.config
         judge = _window_means(self.history.get("mon_judge_mean", []), c.window)
         if judge is None or judge[1] - judge[0] < c.min_divergence:
