@@ -14,7 +14,7 @@ from training.errors import TrainingError
 from training.grpo import group_advantages
 from training.servers.folded import foldable
 from training.servers.inprocess import InProcessServer
-from training.servers.local import ApiError
+from training.servers.engine import ApiError
 from training.trainer import Trainer
 from training.types import Scenario, Trajectory, TrajectoryGroup
 

@@ -20,7 +20,7 @@ from training.errors import TrainingError
 from training.grpo import group_advantages
 from training.servers import InferenceServer, start_server
 from training.servers.inprocess import InProcessServer
-from training.servers.local import ApiError
+from training.servers.engine import ApiError
 from training.tiny_model import DEMO_SYSTEM_PROMPT
 from training.trainer import Trainer
 from training.types import Scenario, Trajectory, TrajectoryGroup

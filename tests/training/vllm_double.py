@@ -17,7 +17,8 @@ import sys
 import time
 from typing import Any
 
-from training.servers.local import Engine, Server, make_handler
+from training.servers.engine import Engine
+from training.servers.local import Server, make_handler
 
 LOG = os.environ["VLLM_DOUBLE_LOG"]
 

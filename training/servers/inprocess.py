@@ -1,6 +1,6 @@
 """The local server's engine run inside the training process: the same contract, handed off without HTTP.
 
-`server.kind: inprocess` runs `training.servers.local.Engine` (the same batching, sampling, chat template,
+`server.kind: inprocess` runs `training.servers.engine.Engine` (the same batching, sampling, chat template,
 versioned adapters and in-place adapter refill) on a worker thread of the engine's own process. Requests go
 straight from an OpenAI-shaped client object to `Engine.chat` and come back as the same `ChatCompletion`
 objects the HTTP path returns (token ids and all in `model_extra`); errors are the same `openai` exceptions
@@ -21,7 +21,7 @@ import openai
 from openai.types.chat import ChatCompletion
 
 from training.errors import TrainingError
-from training.servers.local import ApiError, Engine
+from training.servers.engine import ApiError, Engine
 
 BASE_URL = "inprocess://local/v1"  # not dialled: it names the server in messages and logs
 # A request reaches the engine's queue within microseconds here (milliseconds over HTTP), so requests made
