@@ -93,6 +93,18 @@ def _format(group: GroupLine, j: GroupJudgement) -> str:
     return "\n".join(lines)
 
 
+def _judge_params(args: argparse.Namespace) -> dict[str, Any]:
+    """litellm params from --api-base and --api-key-env (the key is read from that variable, never argv)."""
+    params: dict[str, Any] = {}
+    if args.api_base:
+        params["api_base"] = args.api_base
+    if args.api_key_env:
+        if not os.environ.get(args.api_key_env):
+            raise JudgeError(f"--api-key-env {args.api_key_env}: that environment variable is not set")
+        params["api_key"] = os.environ[args.api_key_env]
+    return params
+
+
 async def _score_all(args: argparse.Namespace) -> int:
     groups = read_groups(Path(args.groups))
     try:
@@ -101,13 +113,7 @@ async def _score_all(args: argparse.Namespace) -> int:
                     if args.criteria else None)
     except (OSError, ValueError) as err:  # ValidationError and JSONDecodeError are ValueErrors
         raise JudgeError(f"cannot use --rubric/--criteria: {err}") from None
-    params: dict[str, Any] = {}
-    if args.api_base:
-        params["api_base"] = args.api_base
-    if args.api_key_env:
-        if not os.environ.get(args.api_key_env):
-            raise JudgeError(f"--api-key-env {args.api_key_env}: that environment variable is not set")
-        params["api_key"] = os.environ[args.api_key_env]
+    params = _judge_params(args)
     if args.temperature is not None:
         params["temperature"] = args.temperature
     options: dict[str, Any] = {"passes": args.passes, "shuffle": not args.no_shuffle, "cache": not args.no_cache}
@@ -173,13 +179,7 @@ async def _check(args: argparse.Namespace) -> int:
     from judging.bias import format_report, judge_check
 
     groups = read_groups(Path(args.groups))
-    params: dict[str, Any] = {"api_key": "unused"} if args.api_base else {}
-    if args.api_base:
-        params["api_base"] = args.api_base
-    if args.api_key_env:
-        if not os.environ.get(args.api_key_env):
-            raise JudgeError(f"--api-key-env {args.api_key_env}: that environment variable is not set")
-        params["api_key"] = os.environ[args.api_key_env]
+    params = ({"api_key": "unused"} if args.api_base else {}) | _judge_params(args)
     rubric = Path(args.rubric).read_text() if args.rubric else None
     report = await judge_check([g.message_lists() for g in groups], args.judge_model, passes=args.passes,
                                shuffles=args.shuffles, rubric=rubric, extra_litellm_params=params)
