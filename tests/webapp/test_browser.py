@@ -27,6 +27,14 @@ pytestmark = [pytest.mark.django_db(transaction=True),
               pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium (make system-deps)")]
 
 
+def log_in(page, server: str, username: str) -> None:
+    """Signs `username` in through the login form (every test user has the factories' PASSWORD)."""
+    page.goto(server + "/login/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -70,10 +78,7 @@ def test_a_user_builds_a_run_in_the_browser_and_watches_it_learn_live(server, ti
         page.on("console", lambda m: "Content Security Policy" in m.text and csp_violations.append(m.text))
         page.set_default_timeout(30_000)
 
-        page.goto(server + "/login/")
-        page.fill("#id_username", project.owner.username)
-        page.fill("#id_password", PASSWORD)
-        page.click("button[type=submit]")
+        log_in(page, server, project.owner.username)
         page.click("text=Browser project")
 
         page.click("text=New agent")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.webapp.factories import PASSWORD, project_factory, run_factory
-from tests.webapp.test_browser import ARGS, CHROMIUM, SHOTS, server  # noqa: F401 - the daphne fixture
+from tests.webapp.factories import project_factory, run_factory
+from tests.webapp.test_browser import ARGS, CHROMIUM, SHOTS, log_in, server  # noqa: F401 - the daphne fixture
 from training.demo import demo_config
 from training.loop import run as train_run
 from webapp.live.ingest import run_event_ingest
@@ -35,10 +35,7 @@ def test_the_run_page_draws_the_held_out_win_rate_curve_monitors_and_checkpoints
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.goto(server + "/login/")
-        page.fill("#id_username", project.owner.username)
-        page.fill("#id_password", PASSWORD)
-        page.click("button[type=submit]")
+        log_in(page, server, project.owner.username)
         page.goto(f"{server}/runs/{run.pk}/")
         expect(page.locator("#eval-chart .main-svg").first).to_be_visible(timeout=30_000)
         expect(page.locator("#monitor-chart .main-svg").first).to_be_visible()
@@ -93,10 +90,7 @@ def _generate_and_check(pw, server: str, project, scenario_set, judge) -> None:
 
     browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    page.goto(server + "/login/")
-    page.fill("#id_username", project.owner.username)
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
+    log_in(page, server, project.owner.username)
     page.goto(f"{server}/scenario-sets/{scenario_set.pk}/")
     page.click("#generate-link")
     page.fill("#task", "Answer customers' questions for an online shoe shop: returns, shipping, sizes.")

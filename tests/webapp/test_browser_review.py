@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from tests.judge_double import JudgeDouble, RecordedRequest, marker_or_brevity
-from tests.webapp.factories import PASSWORD, member_factory, project_factory
-from tests.webapp.test_browser import ARGS, CHROMIUM, SHOTS, server  # noqa: F401  (fixture)
+from tests.webapp.factories import member_factory, project_factory
+from tests.webapp.test_browser import ARGS, CHROMIUM, SHOTS, log_in, server  # noqa: F401  (fixture)
 from webapp.models import Agent, Role, Run, RunStatus, Scenario, ScenarioSet, ScoreOverride
 from webapp.services.catalogue import judge_config_create, rubric_create
 
@@ -28,10 +28,7 @@ def _judge(request: RecordedRequest) -> dict:
 def _login(browser, base: str, username: str):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.set_default_timeout(30_000)
-    page.goto(base + "/login/")
-    page.fill("#id_username", username)
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
+    log_in(page, base, username)
     return page
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.webapp.factories import PASSWORD, member_factory, run_factory
-from tests.webapp.test_browser import ARGS, CHROMIUM, SHOTS, server  # noqa: F401  (fixture)
+from tests.webapp.factories import member_factory, run_factory
+from tests.webapp.test_browser import ARGS, CHROMIUM, SHOTS, log_in, server  # noqa: F401  (fixture)
 from webapp.live.ingest import run_event_ingest
 from webapp.models import Role, RunStatus, ScoreOverride, Trajectory
 from webapp.services.review import run_review_rewards
@@ -69,10 +69,7 @@ def test_a_gated_override_shows_one_label_and_one_reward_on_every_page_and_the_a
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.set_default_timeout(30_000)
-        page.goto(server + "/login/")
-        page.fill("#id_username", reviewer.username)
-        page.fill("#id_password", PASSWORD)
-        page.click("button[type=submit]")
+        log_in(page, server, reviewer.username)
 
         page.goto(f"{server}/groups/{top.group_id}/")
         column = page.locator(f"#col-{top.id}")
@@ -162,10 +159,7 @@ def test_settings_panel_rubric_diff_overlay_and_test_judge_in_the_browser(server
             browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.set_default_timeout(30_000)
-            page.goto(server + "/login/")
-            page.fill("#id_username", project.owner.username)
-            page.fill("#id_password", PASSWORD)
-            page.click("button[type=submit]")
+            log_in(page, server, project.owner.username)
 
             page.goto(f"{server}/runs/{runs[1].id}/")
             expect(page.locator("#source-chart .legend")).to_contain_text("judge score")

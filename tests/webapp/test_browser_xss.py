@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 
 from tests.webapp.authz_world import World, build_world
-from tests.webapp.factories import PASSWORD
 from tests.webapp.test_authorisation_matrix import EXPECTED, _path
-from tests.webapp.test_browser import ARGS, CHROMIUM, server  # noqa: F401  (fixture)
+from tests.webapp.test_browser import ARGS, CHROMIUM, log_in, server  # noqa: F401  (fixture)
 from webapp.live.ingest import run_event_ingest
 from webapp.models import Agent, JudgeConfig, Rescore, Rubric, Run, Scenario, Trajectory
 
@@ -69,10 +68,7 @@ def test_no_payload_executes_on_any_page(server, tmp_path, monkeypatch):  # noqa
         context = browser.new_context(bypass_csp=True)
         page = context.new_page()
         page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
-        page.goto(server + "/login/")
-        page.fill("#id_username", world.users["admin"].username)
-        page.fill("#id_password", PASSWORD)
-        page.click("button[type=submit]")
+        log_in(page, server, world.users["admin"].username)
         for name in pages:
             page.goto(server + _path(name, world))
             page.wait_for_load_state("networkidle")  # run.js / review.js done with the stream and fragments
