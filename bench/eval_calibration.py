@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from training.demo import demo_config
+from training.demo import HELD_OUT, demo_config
 from training.environments import RolloutConfig, get_environment, parse_options
 from training.evaluation import (EvaluationConfig, Evaluator, ScenarioComparison, pair_wins, wilson_interval,
                                  win_rate_summary)
@@ -60,7 +60,8 @@ async def calibrate(seeds: int, held_out: int, samples: int, out: Path) -> dict:
     config = demo_config(out_dir=out, model_dir=ensure_tiny_model(ROOT / "var" / "tiny-model"), held_out=held_out)
     scenarios = [s for s in load_scenarios(config) if s.id in set(config.evaluation.held_out_ids)]
     env = get_environment(config.environment.kind)
-    rollout_config = RolloutConfig(config.system_prompt, config.sampling, parse_options(env, config.environment.options))
+    options = parse_options(env, config.environment.options)
+    rollout_config = RolloutConfig(config.system_prompt, config.sampling, options)
     eval_config = EvaluationConfig(held_out_ids=[s.id for s in scenarios], samples=samples)
     out.mkdir(parents=True, exist_ok=True)
     server = start_server(config.server, config.base_model, out / "server.log")
@@ -103,7 +104,7 @@ async def calibrate(seeds: int, held_out: int, samples: int, out: Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=20)
-    parser.add_argument("--held-out", type=int, default=24, help="held-out scenarios (the demo's default)")
+    parser.add_argument("--held-out", type=int, default=HELD_OUT, help="held-out scenarios (default: the demo's)")
     parser.add_argument("--samples", type=int, default=4, help="answers per side per scenario")
     parser.add_argument("--out", default=str(ROOT / "var" / "eval-calibration"))
     args = parser.parse_args(argv)

@@ -114,7 +114,8 @@ def compare_group(scenario_id: str, sides: list[str], trajectories: list[Traject
     if not mine or not theirs:
         return None
     return ScenarioComparison(
-        scenario_id=scenario_id, wins=pair_wins([a.reward for a in mine], [b.reward for b in theirs]),  # type: ignore[misc]
+        scenario_id=scenario_id,
+        wins=pair_wins([a.reward for a in mine], [b.reward for b in theirs]),  # type: ignore[misc]
         comparisons=len(mine) * len(theirs),
         checkpoint_rewards=[t.reward for t in mine], base_rewards=[t.reward for t in theirs],  # type: ignore[misc]
         checkpoint_env=[t.env_reward for t in mine if t.env_reward is not None],

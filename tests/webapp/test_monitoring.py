@@ -120,7 +120,7 @@ def test_evaluate_now_runs_the_engines_evaluation_of_a_checkpoint_and_records_it
     wait_idle(timeout=300)
     evaluation = run.events.get(kind="evaluation").payload
     assert evaluation["on_demand"] is True and evaluation["step"] == 1
-    assert evaluation["metrics"]["eval_comparisons"] == HELD_OUT * 2 * 2  # the demo's held-out positions, 2 answers a side
+    assert evaluation["metrics"]["eval_comparisons"] == HELD_OUT * 2 * 2  # the demo's held-out positions, 2 a side
     assert (evaluation["metrics"]["eval_scenarios"], evaluation["metrics"]["eval_samples"]) == (HELD_OUT, 2)
     assert 0.0 <= evaluation["metrics"]["eval_win_rate"] <= 1.0
     page = client.get(f"/runs/{run.pk}/").content.decode()
