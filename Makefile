@@ -138,7 +138,8 @@ demo-engine: venv
 # interleaved, per component, with learning curves), judge (shared-prefix prompt size, request tokens vs ART's
 # RULER, concurrency), web (event→websocket latency via Redis with 1 and 50 clients, engine step time with 50
 # websocket clients on daphne vs none, 20 concurrent API users,
-# run page with 100k trajectories on PostgreSQL) and page latency while a run trains beside the app.
+# run page with 100k trajectories on PostgreSQL), page latency while a run trains beside the app, and the A/A
+# calibration of the held-out win rate (the base against itself over 20 seeds: how often each 95 % interval covers 0.5).
 # The engine bench also writes bench/results/engine_bench.json.
 bench: venv vllm-venv art-venv trl-venv services
 	VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(BIN)/python -m bench.engine_bench
@@ -146,6 +147,7 @@ bench: venv vllm-venv art-venv trl-venv services
 	$(BIN)/python -m bench.judge_bench
 	$(BIN)/python -m bench.web_bench --trajectories 100000 --clients 50 --api-users 20
 	$(BIN)/python -m bench.page_latency_bench
+	$(BIN)/python -m bench.eval_calibration
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(ART_VENV) $(TRL_VENV) $(PY312_VENV) var

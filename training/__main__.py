@@ -21,12 +21,19 @@ from typing import Any
 
 from training.config import RunConfig, load_run_config
 from training.errors import TrainingError
+from training.evaluation import verdict
 from training.events import (Event, EvaluationFinished, GroupScored, MonitorAlert, RunFailed, RunStarted,
                              StepFinished)
 
 
 def _fmt(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.4f}"
+
+
+def _verdict(metrics: dict) -> str:
+    said = verdict(metrics.get("eval_ci_low"), metrics.get("eval_ci_high"))
+    return {"better": "better than base", "worse": "worse than base",
+            "undecided": "not distinguishable from base"}.get(said or "", "nothing compared")
 
 
 class ConsoleReporter:
@@ -63,7 +70,8 @@ class ConsoleReporter:
             print(json.dumps({"kind": "evaluation", "step": event.step, **event.metrics}), flush=True)
             m = event.metrics
             print(f"evaluation at step {event.step}: win rate vs base {_fmt(m['eval_win_rate'])} "
-                  f"[{_fmt(m['eval_ci_low'])}, {_fmt(m['eval_ci_high'])}]  env {_fmt(m['eval_env_checkpoint'])} "
+                  f"[{_fmt(m['eval_ci_low'])}, {_fmt(m['eval_ci_high'])}] over {m['eval_scenarios']} scenarios x "
+                  f"{m['eval_samples']} answers a side ({_verdict(m)})  env {_fmt(m['eval_env_checkpoint'])} "
                   f"vs {_fmt(m['eval_env_base'])}", file=sys.stderr, flush=True)
         elif isinstance(event, MonitorAlert):
             pause = " (the web app would pause the run)" if event.pause else ""

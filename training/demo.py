@@ -7,14 +7,14 @@ from training.config import RunConfig
 from training.tiny_model import DEMO_SYSTEM_PROMPT, DEMO_USER_MESSAGE
 
 DEFAULT_MODEL_DIR = Path("var/tiny-model")
-HELD_OUT = 8
+HELD_OUT = 24
 
 
 def demo_config(*, out_dir: str | Path, steps: int = 30, model_dir: str | Path = DEFAULT_MODEL_DIR,
-                name: str = "demo") -> RunConfig:
-    # 32 games to train on and 8 held-out starting positions the evaluation plays against the base model.
+                name: str = "demo", held_out: int = HELD_OUT) -> RunConfig:
+    # 32 games to train on and `held_out` starting positions the evaluation plays against the base model.
     scenarios = [{"id": f"game-{k}", "user_message": DEMO_USER_MESSAGE, "metadata": {"seed": 1000 + k}}
-                 for k in range(32 + HELD_OUT)]
+                 for k in range(32 + held_out)]
     return RunConfig.model_validate({
         "name": name,
         "base_model": str(model_dir),
@@ -25,7 +25,7 @@ def demo_config(*, out_dir: str | Path, steps: int = 30, model_dir: str | Path =
         "grpo": {"group_size": 8, "groups_per_step": 4, "learning_rate": 2e-3, "micro_batch_size": 16,
                  "max_grad_norm": 1.0},
         "lora": {"r": 8, "alpha": 16},
-        "evaluation": {"held_out_ids": [f"game-{k}" for k in range(32, 32 + HELD_OUT)], "every": 5, "samples": 4},
+        "evaluation": {"held_out_ids": [f"game-{k}" for k in range(32, 32 + held_out)], "every": 5, "samples": 4},
         "steps": steps,
         "output_dir": str(out_dir),
         "seed": 0,

@@ -128,7 +128,8 @@ class RunFailed(Event):
 @dataclass
 class EvaluationFinished(Event):
     """A held-out evaluation (training.evaluation): `metrics` holds eval_win_rate (ties half), eval_ci_low/high
-    (95 % Wilson), eval_comparisons, eval_env_checkpoint/base, ...; `scenarios` the per-scenario comparisons."""
+    (95 % bootstrap over scenarios), eval_scenarios, eval_samples (answers per side per scenario),
+    eval_comparisons, eval_env_checkpoint/base, ...; `scenarios` the per-scenario comparisons."""
 
     kind: ClassVar[str] = "evaluation"
     step: int

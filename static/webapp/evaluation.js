@@ -18,7 +18,10 @@
         {x, y: curve.map((p) => p.ci_high), mode: "lines", line: {width: 0}, showlegend: false, hoverinfo: "skip"},
         {x, y: curve.map((p) => p.ci_low), mode: "lines", line: {width: 0}, fill: "tonexty",
          fillcolor: "rgba(22,163,74,0.15)", name: "95 % interval", hoverinfo: "skip"},
-        {x, y: curve.map((p) => p.win_rate), mode: "lines+markers", name: "win rate vs base", line: {color: "#16a34a"}},
+        {x, y: curve.map((p) => p.win_rate), mode: "lines+markers", name: "win rate vs base", line: {color: "#16a34a"},
+         customdata: curve.map((p) => [p.ci_low, p.ci_high, p.scenarios, p.samples]),
+         hovertemplate: "step %{x}: %{y:.0%} (95 %: %{customdata[0]:.0%}–%{customdata[1]:.0%}), " +
+                        "%{customdata[2]} scenarios × %{customdata[3]} answers<extra></extra>"},
         {x, y: x.map(() => 0.5), mode: "lines", name: "parity", line: {dash: "dot", color: "#888"}},
         {x, y: curve.map((p) => p.env_checkpoint), mode: "lines+markers", name: "env reward: checkpoint",
          yaxis: "y", line: {dash: "dash"}},
@@ -47,7 +50,8 @@
     if (kind === "evaluation") {
       const m = d.metrics || {};
       byStep(data.curve, {step: d.step, win_rate: m.eval_win_rate ?? null, ci_low: m.eval_ci_low ?? null,
-                          ci_high: m.eval_ci_high ?? null, env_checkpoint: m.eval_env_checkpoint ?? null,
+                          ci_high: m.eval_ci_high ?? null, scenarios: m.eval_scenarios ?? null,
+                          samples: m.eval_samples ?? null, env_checkpoint: m.eval_env_checkpoint ?? null,
                           env_base: m.eval_env_base ?? null});
     } else if (kind === "step_finished") {
       for (const key of Object.keys(data.labels)) {

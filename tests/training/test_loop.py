@@ -48,7 +48,7 @@ def test_the_demo_learns_on_cpu(tiny_model_dir, tmp_path):
     first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
     assert summary.status == "completed" and len(rewards) == 20
     assert last > first + 0.1, f"rewards did not rise: {[round(r, 3) for r in rewards]}"
-    # Held-out evaluation on 8 unseen starting positions against the base model, env reward (training/evaluation.py):
+    # Held-out evaluation on the demo's unseen starting positions against the base model, env reward (training/evaluation.py):
     # measured 0.65-0.89 at steps 5-20 in 30-step demo runs; the final checkpoint's whole 95 % interval is above 50 %.
     evals = [h for h in summary.history if "eval_win_rate" in h]
     assert [h["step"] for h in evals] == [5, 10, 15, 20]

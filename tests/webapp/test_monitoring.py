@@ -2,12 +2,14 @@
 spent judge budget does), the run page shows the win-rate curve, the alerts and the checkpoint table."""
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
 
 from tests.webapp.conftest import wait_for
 from tests.webapp.factories import agent_factory, project_factory, run_factory, scenario_set_factory
+from training.demo import HELD_OUT
 from webapp.execution.executors import wait_idle
 from webapp.live.ingest import run_event_ingest
 from webapp.models import Run, RunStatus
@@ -42,10 +44,11 @@ def test_a_pausing_monitor_alert_pauses_the_run_with_its_reason_and_resume_finis
     assert run.status == RunStatus.COMPLETED and run.steps_done == 4
 
 
-def _evaluation(step: int, win_rate: float) -> dict:
+def _evaluation(step: int, win_rate: float, half_width: float = 0.1, scenarios: object = 4) -> dict:
     return {"kind": "evaluation", "step": step, "model": f"r@{step}", "baseline": "base",
-            "metrics": {"eval_win_rate": win_rate, "eval_ci_low": win_rate - 0.1, "eval_ci_high": win_rate + 0.1,
-                        "eval_comparisons": 64, "eval_env_checkpoint": 0.5, "eval_env_base": 0.2},
+            "metrics": {"eval_win_rate": win_rate, "eval_ci_low": win_rate - half_width,
+                        "eval_ci_high": win_rate + half_width, "eval_comparisons": 64, "eval_scenarios": scenarios,
+                        "eval_samples": 4, "eval_env_checkpoint": 0.5, "eval_env_base": 0.2},
             "scenarios": []}
 
 
@@ -66,6 +69,32 @@ def test_the_run_page_shows_the_win_rate_curve_alerts_escaped_and_the_best_check
     assert "&lt;script&gt;alert(1)&lt;/script&gt; repeats" in page and "<script>alert(1)" not in page
     best = page.split('class="best"')[1].split("</tr>")[0]
     assert "step 2" in best and "81%" in best and "fork" in best and "download" in best
+
+
+def test_the_checkpoint_table_calls_a_checkpoint_better_than_base_only_when_its_whole_band_is_above_half(client):
+    project = project_factory()
+    run = run_factory(project=project)  # a row only: nothing executes
+    for step in (1, 2, 3, 4):
+        run_event_ingest(run_id=run.pk, event={"kind": "checkpoint_saved", "step": step, "path": f"/x/{step}",
+                                               "adapter_name": f"r@{step}"})
+    # a high win rate on a wide band, a lower one on a narrow band, one below, and one with a hostile count
+    run_event_ingest(run_id=run.pk, event=_evaluation(1, 0.7, half_width=0.25, scenarios=8))
+    run_event_ingest(run_id=run.pk, event=_evaluation(2, 0.62, half_width=0.08, scenarios=24))
+    run_event_ingest(run_id=run.pk, event=_evaluation(3, 0.3, half_width=0.1, scenarios=24))
+    run_event_ingest(run_id=run.pk, event=_evaluation(4, 0.6, half_width=0.2, scenarios="<b>24</b>"))
+    client.force_login(project.owner)
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    rows = page.split('id="checkpoint-table"')[1].split("<tbody>")[1].split("</tr>")
+    assert "70%" in rows[0] and "45–95%" in rows[0] and "8 scenarios × 4 answers a side" in rows[0]
+    assert "not distinguishable from base" in rows[0] and "better than base" not in rows[0]
+    assert "62%" in rows[1] and "54–70%" in rows[1] and "24 scenarios × 4 answers a side" in rows[1]
+    assert "better than base" in rows[1]
+    assert "worse than base" in rows[2]
+    assert "scenarios ×" not in rows[3] and "<b>24</b>" not in page  # only numbers are stored and shown
+    data = json.loads(page.split('id="evaluation-data" type="application/json">')[1].split("</script>")[0])
+    assert [(p["scenarios"], p["samples"], p["verdict"]) for p in data["curve"][:3]] == [
+        (8, 4, "undecided"), (24, 4, "better"), (24, 4, "worse")]
+    assert [p["ci_low"] for p in data["curve"][:2]] == pytest.approx([0.45, 0.54])  # the band drawn
 
 
 def test_evaluate_now_runs_the_engines_evaluation_of_a_checkpoint_and_records_it(client, inprocess_executor,
@@ -91,7 +120,8 @@ def test_evaluate_now_runs_the_engines_evaluation_of_a_checkpoint_and_records_it
     wait_idle(timeout=300)
     evaluation = run.events.get(kind="evaluation").payload
     assert evaluation["on_demand"] is True and evaluation["step"] == 1
-    assert evaluation["metrics"]["eval_comparisons"] == 8 * 2 * 2  # 8 held-out positions, 2 answers a side
+    assert evaluation["metrics"]["eval_comparisons"] == HELD_OUT * 2 * 2  # the demo's held-out positions, 2 a side
+    assert (evaluation["metrics"]["eval_scenarios"], evaluation["metrics"]["eval_samples"]) == (HELD_OUT, 2)
     assert 0.0 <= evaluation["metrics"]["eval_win_rate"] <= 1.0
     page = client.get(f"/runs/{run.pk}/").content.decode()
     assert 'class="best"' in page
