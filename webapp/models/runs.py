@@ -4,6 +4,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+from training.types import trajectory_label  # noqa: F401  (the judge's explanations name trajectories by it too)
 from webapp.models.catalogue import Agent, JudgeConfig, RubricVersion, Scenario, ScenarioSet
 from webapp.models.projects import Project
 
@@ -120,14 +121,6 @@ class TrajectoryGroup(models.Model):
         return self.skipped and not self.scoring_error
 
 
-def trajectory_label(index: int) -> str:
-    """0 → A, 25 → Z, 26 → AA: letters, so a label is never mistaken for a rank or a score."""
-    label = ""
-    index += 1
-    while index:
-        index, rest = divmod(index - 1, 26)
-        label = chr(ord("A") + rest) + label
-    return label
 
 
 class Trajectory(models.Model):
