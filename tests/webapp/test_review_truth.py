@@ -80,3 +80,31 @@ def test_a_real_runs_explanations_use_the_page_labels_everywhere(client, judge_d
         assert _api(run.project.owner).get(f"/api/trajectories/{t.id}/").json()["explanation"] == expected[t.id]
     live = RunEvent.objects.get(run=run, kind="group_scored").payload["trajectories"]
     assert {t["id"]: t["explanation"] for t in live} == expected  # what the websocket sent
+
+
+def _scored(run, scores: list[float], *, step: int = 1) -> list[Trajectory]:
+    records = [{"scenario_id": "s1", "messages": [{"role": "user", "content": "Refund policy?"},
+                                                  {"role": "assistant", "content": f"answer {i}"}],
+                "reward": s, "judge_score": s, "explanation": f"judged {s}", "criteria": {}, "metadata": {},
+                "advantage": 0.0} for i, s in enumerate(scores)]
+    run_event_ingest(run_id=run.id, event={"kind": "group_scored", "step": step, "group_index": 0,
+                                           "scenario_id": "s1", "trajectories": records,
+                                           "reward_mean": sum(scores) / len(scores), "reward_std": 0.1})
+    return list(Trajectory.objects.filter(group__run=run, group__step_index=step).order_by("index"))
+
+
+def test_the_apis_reward_is_the_reward_that_trains_and_the_judges_score_is_judge_score():
+    from webapp.services.review import trajectory_override
+
+    run = run_factory(status=RunStatus.AWAITING_REVIEW, review_gate=True)
+    a, b = _scored(run, [0.437, 0.2])
+    trajectory_override(user=run.project.owner, trajectory=a, score=0.0, reason="invents a policy")
+    api = _api(run.project.owner)
+    one = api.get(f"/api/trajectories/{a.id}/").json()
+    assert (one["reward"], one["judge_score"], one["effective_reward"]) == (0.0, 0.437, 0.0)
+    listed = {t["label"]: t for t in api.get(f"/api/groups/{a.group_id}/").json()["trajectories"]}
+    assert (listed["A"]["reward"], listed["A"]["judge_score"]) == (0.0, 0.437)
+    assert (listed["B"]["reward"], listed["B"]["judge_score"]) == (0.2, 0.2)
+    schema = api.get("/api/schema/?format=json").json()["components"]["schemas"]
+    fields = schema["TrajectorySummary"]["properties"]
+    assert "trains" in fields["reward"]["description"] and "judge" in fields["judge_score"]["description"]
