@@ -108,3 +108,31 @@ def test_the_apis_reward_is_the_reward_that_trains_and_the_judges_score_is_judge
     schema = api.get("/api/schema/?format=json").json()["components"]["schemas"]
     fields = schema["TrajectorySummary"]["properties"]
     assert "trains" in fields["reward"]["description"] and "judge" in fields["judge_score"]["description"]
+
+
+def test_ranks_and_group_means_follow_the_human_scores_on_every_page_and_the_api(client):
+    import re
+
+    from webapp.services.review import group_reorder, trajectory_override
+
+    run = run_factory(status=RunStatus.AWAITING_REVIEW, review_gate=True)
+    a, b, c = _scored(run, [0.9, 0.3, 0.6])  # the judge ranks A, C, B
+    owner = run.project.owner
+    trajectory_override(user=owner, trajectory=a, score=0.0, reason="invents a refund policy")
+    _login(client, owner)
+    card = client.get(f"/runs/{run.id}/").content.decode().split(f'id="group-{a.group_id}"')[1]
+    ranks = dict(re.findall(r'data-label="(\w)">\s*<td class="label">.*?<td class="rank">(\d)</td>', card, re.S))
+    assert ranks == {"C": "1", "B": "2", "A": "3"}
+    assert "mean reward 0.300" in card  # (0.0 + 0.3 + 0.6) / 3, what the step trains on
+    assert "judge mean 0.600" in card  # the judge's own mean, named as such
+    assert "rank 3 of 3" in client.get(f"/trajectories/{a.id}/").content.decode()
+    side = client.get(f"/groups/{a.group_id}/").content.decode()
+    assert "mean reward 0.300" in side and "A <span class=\"muted\">(rank 3)" in side
+    body = _api(owner).get(f"/api/groups/{a.group_id}/").json()
+    assert body["reward_mean"] == pytest.approx(0.3)
+    assert {t["label"]: t["rank"] for t in body["trajectories"]} == {"A": 3, "B": 2, "C": 1}
+
+    group_reorder(user=owner, group=a.group, order=[b.id, a.id, c.id], reason="B is the only faithful one")
+    body = _api(owner).get(f"/api/groups/{a.group_id}/").json()
+    assert {t["label"]: t["rank"] for t in body["trajectories"]} == {"B": 1, "A": 2, "C": 3}
+    assert body["reward_mean"] == pytest.approx(0.3)  # a reorder moves the scores, it keeps their mean

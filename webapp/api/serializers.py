@@ -208,6 +208,10 @@ class TrajectorySerializer(TrajectorySummarySerializer):
 
 class GroupSerializer(serializers.ModelSerializer):
     trajectories = TrajectorySummarySerializer(many=True, read_only=True)
+    reward_mean = serializers.FloatField(read_only=True, allow_null=True, help_text=(
+        "Mean of the trajectories' `reward` (human scores where given): what the step trains on. Trajectory "
+        "ranks follow the same rewards."))
+    reward_std = serializers.FloatField(read_only=True, allow_null=True)
 
     class Meta:
         model = TrajectoryGroup

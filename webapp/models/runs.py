@@ -116,11 +116,16 @@ class TrajectoryGroup(models.Model):
         ]
 
     @property
+    def judge_mean(self) -> float | None:
+        """The judge's own mean score; `reward_mean` is the mean of the effective rewards (human scores where
+        given), the ones the step trains on."""
+        scores = [t.judge_score for t in self.trajectories.all() if t.judge_score is not None]
+        return sum(scores) / len(scores) if scores else None
+
+    @property
     def zero_variance(self) -> bool:
         """Skipped because every reward was equal; a group whose scoring failed is skipped for that reason."""
         return self.skipped and not self.scoring_error
-
-
 
 
 class Trajectory(models.Model):
