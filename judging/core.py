@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from judging.cache import JudgeCache, request_key
 from judging.errors import JudgeError
+from judging.labels import relabel
 from judging.prompt import (DEFAULT_RUBRIC, build_messages, canonical, common_prefix_length, reply_model,
                             response_format, sha256)
 from judging.types import GroupJudgement, JudgeCall, JudgeOptions, TrajectoryScore
@@ -179,6 +180,8 @@ async def score_group(message_lists: Sequence[Sequence[Any]], judge_model: str, 
     opts = parse_options(options)
     if not message_lists:
         raise JudgeError("no trajectories to judge: the group is empty")
+    if opts.labels is not None and len(opts.labels) != len(message_lists):
+        raise JudgeError(f"labels: {len(opts.labels)} labels for {len(message_lists)} trajectories")
     lists = [[_message(m) for m in ml] for ml in message_lists]
     rubric_text = rubric.strip() if rubric and rubric.strip() else DEFAULT_RUBRIC
     params = dict(extra_litellm_params or {})
@@ -205,6 +208,7 @@ async def score_group(message_lists: Sequence[Sequence[Any]], judge_model: str, 
     cut = set().union(*(t for _, _, t in results))
 
     per_slot: list[TrajectoryScore] = []
+    spoke: list[int] = []  # per distinct trajectory, the pass whose explanation it keeps
     spreads: list[float] = []
     for d in range(len(distinct)):
         verdicts = [res[d] for res, _, _ in results]
@@ -214,11 +218,22 @@ async def score_group(message_lists: Sequence[Sequence[Any]], judge_model: str, 
         names = verdicts[0].criteria.keys()
         criteria = {name: statistics.fmean(v.criteria[name] for v in verdicts) for name in names}
         # The explanation of the pass that agrees best with the average speaks for the average.
-        closest = min(verdicts, key=lambda v: abs(v.score - mean))
-        per_slot.append(TrajectoryScore(trajectory_id="", score=mean, explanation=closest.explanation,
+        spoke.append(min(range(len(verdicts)), key=lambda p: abs(pass_scores[p] - mean)))
+        per_slot.append(TrajectoryScore(trajectory_id="", score=mean, explanation=verdicts[spoke[-1]].explanation,
                                         criteria=criteria, pass_scores=pass_scores))
     identical = len(distinct) == 1 and len(lists) > 1
-    scores = [per_slot[s].model_copy(update={"trajectory_id": str(i + 1), "absolute": identical})
+
+    def explanation(i: int, s: int) -> str:
+        """Trajectory i's explanation with the judge's numbers (of the pass it came from) turned into the
+        caller's labels: its own slot is itself; a slot shown once for identical trajectories names them all."""
+        if opts.labels is None:
+            return per_slot[s].explanation
+        members = {d: "/".join(opts.labels[j] for j, t in enumerate(slots) if t == d) for d in range(len(distinct))}
+        names = {p + 1: opts.labels[i] if d == s else members[d] for p, d in enumerate(orders[spoke[s]])}
+        return relabel(per_slot[s].explanation, names)
+
+    scores = [per_slot[s].model_copy(update={"trajectory_id": str(i + 1), "absolute": identical,
+                                             "explanation": explanation(i, s)})
               for i, s in enumerate(slots)]
     return GroupJudgement(
         scores=scores, judge_model=judge_model, rubric=rubric_text, calls=calls, passes=opts.passes,

@@ -50,6 +50,9 @@ class JudgeOptions(_Strict):
         if v is not None and not v:
             raise ValueError("give at least one criterion, or leave criteria out")
         return v
+    labels: list[str] | None = Field(None, description="The trajectories' names as people know them, in input "
+                                     "order (e.g. A, B, C). Given, an explanation's mentions of the judge's own "
+                                     "numbers (\"Attempt 3\", shuffled per pass) are rewritten to these names.")
     debug: bool = Field(False, description="Accepted for compatibility with ART's ruler; replies are always "
                                            "kept in `JudgeCall.raw_reply`.")
 

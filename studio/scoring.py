@@ -20,7 +20,7 @@ import judging
 from judging import ConcurrencyLimit, Criterion, GroupJudgement, JudgeError
 from judging.prompt import canonical
 from studio.key_policy import POLICY_ENV, key_policy_refusal, parse_key_policy
-from training.types import JudgeReport, Score, TrajectoryGroup
+from training.types import JudgeReport, Score, TrajectoryGroup, trajectory_label
 
 
 class JudgeScorerOptions(BaseModel):
@@ -129,9 +129,11 @@ class JudgeScorer:
             return env
         return (o.judge_weight * judge_score + o.env_weight * env) / (o.judge_weight + o.env_weight)
 
-    def request(self, group: TrajectoryGroup) -> tuple[list[list[Any]], dict[str, Any]]:
+    def request(self, group: TrajectoryGroup, *,
+                labels: list[str] | None = None) -> tuple[list[list[Any]], dict[str, Any]]:
         """The one judge request builder (training and the playground): the message lists and every keyword
-        argument of `judging.score_group`."""
+        argument of `judging.score_group`. `labels`: the trajectories' names on the pages (default: letters by
+        position in the group, as the web app stores them); the explanations come back in those names."""
         o = self.options
         # Tools are shown once per group; should attempts carry different sets, the judge sees every tool
         # any of them had rather than one attempt's set passed off as everyone's.
@@ -141,16 +143,17 @@ class JudgeScorer:
             "tools": list(tools_by_key.values()) or None, "limiter": self.limiter, "criteria": o.criteria,
             "passes": o.passes, "shuffle": o.shuffle, "cache": o.cache, "cache_dir": o.cache_dir,
             "max_attempts": o.max_attempts, "max_prompt_chars": o.max_prompt_chars,
-            "reference": group.scenario.reference}
+            "reference": group.scenario.reference,
+            "labels": labels or [trajectory_label(i) for i in range(len(group.trajectories))]}
 
-    async def __call__(self, group: TrajectoryGroup) -> list[Score]:
+    async def __call__(self, group: TrajectoryGroup, *, labels: list[str] | None = None) -> list[Score]:
         o = self.options
         trajectories = group.trajectories
         if len(trajectories) > 1 and len({canonical(t.messages) for t in trajectories}) == 1:
             group.judge_report = judge_report(None, judge_model=o.judge_model, identical=True)
             return [Score(reward=None, explanation="identical to every other attempt of the group: not judged")
                     for _ in trajectories]
-        message_lists, kwargs = self.request(group)
+        message_lists, kwargs = self.request(group, labels=labels)
         try:
             judgement = await judging.score_group(message_lists, **kwargs)
         except JudgeError as err:

@@ -11,6 +11,17 @@ from typing import Any, Awaitable, Callable, Protocol
 Message = dict[str, Any]  # an OpenAI chat message: role, content, optional tool_calls / tool_call_id / name
 
 
+def trajectory_label(index: int) -> str:
+    """A trajectory's one name within its group (0 → A, 25 → Z, 26 → AA), from its rollout position: letters,
+    so a label is never mistaken for a rank or a score. The judge's explanations and every page use it."""
+    label = ""
+    index += 1
+    while index:
+        index, rest = divmod(index - 1, 26)
+        label = chr(ord("A") + rest) + label
+    return label
+
+
 @dataclass
 class Scenario:
     id: str

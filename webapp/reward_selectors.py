@@ -8,10 +8,10 @@ presentation numbers ("Attempt 2", "trajectory 3") back into the trajectory's st
 from __future__ import annotations
 
 import json
-import re
 from collections import defaultdict
 from typing import Any, Iterable
 
+from judging.labels import MENTION, relabel
 from judging.prompt import canonical
 from webapp.models import Run, RunStatus, ScoreOverride, Trajectory, TrajectoryGroup
 from webapp.models.runs import trajectory_label
@@ -62,7 +62,6 @@ def trajectory_reward(*, trajectory: Trajectory) -> dict[str, Any]:
 
 # --- the judge's numbering, translated ----------------------------------------------------------------------
 
-_MENTION = re.compile(r"\b(trajector(?:y|ies)|attempts?|answers?|responses?|candidates?)(\s*#?\s*)(\d+)\b", re.I)
 
 
 def _presentation_labels(trajectories: list[Trajectory], call: dict[str, Any]) -> dict[int, str] | None:
@@ -93,15 +92,14 @@ def explanation_for_people(*, text: str, trajectories: list[Trajectory],
     """`text` (one of this group's judge explanations) with the judge's presentation numbers replaced by the
     stable labels of the pass it came from. `calls`: the judge calls that scored the group (default: the ones
     recorded with the run). Plain text in, plain text out: templates still escape it."""
-    if not text or not _MENTION.search(text):
+    if not text or not MENTION.search(text):
         return text
     needles = {json.dumps(text)[1:-1], json.dumps(text, ensure_ascii=False)[1:-1]}
     accepted = [c for c in calls if not c.get("rejected")] if calls is not None else _calls(trajectories)
     for call in accepted:
         reply = str(call.get("raw_reply") or "")
         if any(n in reply for n in needles) and (labels := _presentation_labels(trajectories, call)):
-            return _MENTION.sub(lambda m: f"{m.group(1)}{m.group(2).replace('#', '')}{labels[int(m.group(3))]}"
-                                if int(m.group(3)) in labels else m.group(0), text)
+            return relabel(text, labels)
     return text
 
 

@@ -155,3 +155,28 @@ def test_the_engine_finds_the_scorer_through_its_entry_point() -> None:
     (ep,) = [e for e in entry_points(group="rubric_studio.scorers") if e.name == "judge"]
     assert ep.value == "studio.scoring:judge_scorer_from_config"
     assert ep.load() is judge_scorer_from_config
+
+
+def _naming_responder(request):
+    """Explains every trajectory by the judge's own numbers, as judges do: "Attempt 2, beside attempt 1."""
+    from tests.judging.groups import quality_rule
+
+    scores = {tid: quality_rule(text) for tid, text in request.trajectory_blocks().items()}
+    best = max(scores, key=scores.get)
+    return {"scores": [{"trajectory_id": tid, "score": s, "explanation": f"Attempt {tid}, beside attempt #{best}."}
+                       for tid, s in scores.items()]}
+
+
+async def test_explanations_name_trajectories_by_their_labels_not_by_the_judges_shuffled_numbers(
+        judge_double: JudgeDouble) -> None:
+    judge_double.responder = _naming_responder
+    scorer = judge_scorer_from_config(_config(judge_double))
+    group = _group([0.3, 0.9, 0.6, 0.9], [None] * 4)  # B and D are identical: the judge sees them once
+
+    scores = await scorer(group)
+
+    shown = judge_double.requests[0].trajectory_blocks()
+    assert len(shown) == 3 and "quality 0.30" not in shown["1"]  # shuffled: the judge's 1 is not A
+    assert [s.explanation for s in scores] == [
+        "Attempt A, beside attempt B/D.", "Attempt B, beside attempt B.", "Attempt C, beside attempt B/D.",
+        "Attempt D, beside attempt D."]

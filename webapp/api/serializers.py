@@ -169,7 +169,16 @@ class RewardViewSerializer(serializers.Serializer):
 
 class TrajectorySummarySerializer(serializers.ModelSerializer):
     label = serializers.CharField(read_only=True, help_text="The trajectory's stable name within its group.")
-    effective_reward = serializers.FloatField(read_only=True)
+    reward = serializers.FloatField(
+        source="effective_reward", read_only=True, allow_null=True,
+        help_text="The reward that trains (or trained): the human score where a reviewer set one, else the scored "
+                  "reward (the judge's score, or its blend with the env reward when the run combines them). "
+                  "Whether it reached training: `review.trained_reward`.")
+    effective_reward = serializers.FloatField(read_only=True, allow_null=True, help_text="The same as `reward`.")
+    judge_score = serializers.FloatField(read_only=True, allow_null=True,
+                                         help_text="The judge's score, kept as the judge gave it after any override.")
+    override_score = serializers.FloatField(read_only=True, allow_null=True,
+                                            help_text="The human score (null: none); `reward` follows it.")
     explanation = serializers.SerializerMethodField(help_text="The judge's explanation, its numbering translated "
                                                               "to the labels.")
     review = serializers.SerializerMethodField()
@@ -199,6 +208,10 @@ class TrajectorySerializer(TrajectorySummarySerializer):
 
 class GroupSerializer(serializers.ModelSerializer):
     trajectories = TrajectorySummarySerializer(many=True, read_only=True)
+    reward_mean = serializers.FloatField(read_only=True, allow_null=True, help_text=(
+        "Mean of the trajectories' `reward` (human scores where given): what the step trains on. Trajectory "
+        "ranks follow the same rewards."))
+    reward_std = serializers.FloatField(read_only=True, allow_null=True)
 
     class Meta:
         model = TrajectoryGroup

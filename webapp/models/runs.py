@@ -4,6 +4,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+from training.types import trajectory_label  # noqa: F401  (the judge's explanations name trajectories by it too)
 from webapp.models.catalogue import Agent, JudgeConfig, RubricVersion, Scenario, ScenarioSet
 from webapp.models.projects import Project
 
@@ -115,19 +116,16 @@ class TrajectoryGroup(models.Model):
         ]
 
     @property
+    def judge_mean(self) -> float | None:
+        """The judge's own mean score; `reward_mean` is the mean of the effective rewards (human scores where
+        given), the ones the step trains on."""
+        scores = [t.judge_score for t in self.trajectories.all() if t.judge_score is not None]
+        return sum(scores) / len(scores) if scores else None
+
+    @property
     def zero_variance(self) -> bool:
         """Skipped because every reward was equal; a group whose scoring failed is skipped for that reason."""
         return self.skipped and not self.scoring_error
-
-
-def trajectory_label(index: int) -> str:
-    """0 → A, 25 → Z, 26 → AA: letters, so a label is never mistaken for a rank or a score."""
-    label = ""
-    index += 1
-    while index:
-        index, rest = divmod(index - 1, 26)
-        label = chr(ord("A") + rest) + label
-    return label
 
 
 class Trajectory(models.Model):

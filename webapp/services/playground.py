@@ -122,17 +122,18 @@ def _engine_group(group: TrajectoryGroup, trajectories: list[Trajectory]) -> Any
                          env_reward=t.env_reward) for t in trajectories])
 
 
-async def _score_all(scorer: Any, groups: list[Any]) -> list[Any]:
-    """Each group's scores, or the JudgeError that stopped it (its cost is still on the group's report)."""
+async def _score_all(scorer: Any, groups: list[Any], labels: list[list[str]]) -> list[Any]:
+    """Each group's scores, or the JudgeError that stopped it (its cost is still on the group's report).
+    `labels`: per group, its trajectories' labels (failed ones are left out, so positions are not labels)."""
     from judging import JudgeError
 
-    async def one(group: Any) -> Any:
+    async def one(group: Any, names: list[str]) -> Any:
         try:
-            return await scorer(group)
+            return await scorer(group, labels=names)
         except JudgeError as err:
             return err
 
-    return list(await asyncio.gather(*(one(g) for g in groups)))
+    return list(await asyncio.gather(*(one(g, names) for g, names in zip(groups, labels))))
 
 
 def _ranks(scores: list[float | None]) -> list[int | None]:
@@ -240,7 +241,7 @@ def _execute(rescore_id: int) -> str:
             raise ValueError("none of the chosen groups has two scored trajectories to compare")
         scorer = _scorer(rescore)
         engine_groups = [_engine_group(g, members[g.id]) for g in groups]
-        results = asyncio.run(_score_all(scorer, engine_groups))
+        results = asyncio.run(_score_all(scorer, engine_groups, [[t.label for t in members[g.id]] for g in groups]))
     except Exception as err:  # noqa: BLE001 - shown on the playground page, never dropped
         Rescore.objects.filter(pk=rescore_id).update(status=Rescore.Status.FAILED, error=f"{type(err).__name__}: {err}",
                                                      finished_at=timezone.now())

@@ -9,6 +9,7 @@ takes when it hands a step's rewards to the engine, so a change is either in tha
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -55,6 +56,20 @@ def _set(*, user, run: Run, trajectory: Trajectory, after: float | None, kind: s
         user=user if getattr(user, "is_authenticated", False) else None)
 
 
+def _group_follow_effective(group: TrajectoryGroup) -> None:
+    """After a human change: the group's ranks (1 = best, unrewarded last) and its reward mean / std follow
+    the effective rewards, the ones its step trains on, instead of staying in the judge's order."""
+    members = sorted(group.trajectories.all(), key=lambda t: (t.effective_reward is None, -(t.effective_reward or 0.0),
+                                                               t.index))
+    for rank, t in enumerate(members, start=1):
+        t.rank = rank
+    Trajectory.objects.bulk_update(members, ["rank"])
+    rewards = [t.effective_reward for t in members if t.effective_reward is not None]
+    group.reward_mean = statistics.fmean(rewards) if rewards else None
+    group.reward_std = statistics.pstdev(rewards) if rewards else None
+    group.save(update_fields=["reward_mean", "reward_std"])
+
+
 def _locked_run(run_id: int) -> Run:
     return Run.objects.select_for_update().get(pk=run_id)
 
@@ -72,7 +87,9 @@ def trajectory_override(*, user, trajectory: Trajectory, score: float | None, re
         if score is None and trajectory.override_score is None:
             raise ValidationError({"score": ["there is no override to remove"]})
         kind = ScoreOverride.Kind.CLEAR if score is None else ScoreOverride.Kind.SCORE
-        return _set(user=user, run=locked, trajectory=trajectory, after=score, kind=kind, reason=reason)
+        change = _set(user=user, run=locked, trajectory=trajectory, after=score, kind=kind, reason=reason)
+        _group_follow_effective(trajectory.group)
+        return change
 
 
 def group_reorder(*, user, group: TrajectoryGroup, order: list[int], reason: str) -> list[ScoreOverride]:
@@ -95,6 +112,7 @@ def group_reorder(*, user, group: TrajectoryGroup, order: list[int], reason: str
             if trajectory.override_score != value:
                 changes.append(_set(user=user, run=locked, trajectory=trajectory, after=value,
                                     kind=ScoreOverride.Kind.REORDER, reason=reason))
+        _group_follow_effective(group)
         return changes
 
 
