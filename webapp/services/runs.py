@@ -124,8 +124,10 @@ def run_pause(*, user, run: Run) -> None:
 
 
 def run_resume(*, user, run: Run) -> None:
-    """Resumes a paused run in place, or re-queues a crashed or failed one from its last checkpoint."""
+    """Resumes a paused run in place, or re-queues a parked, crashed or failed one from its last checkpoint."""
     _require_control(user, run)
+    if _requeue_parked(run):
+        return
     if _transition(run.id, (RunStatus.PAUSED,), status=RunStatus.RUNNING, phase="resuming"):
         return
     if _transition(run.id, (RunStatus.CRASHED, RunStatus.FAILED), status=RunStatus.QUEUED, error="",
@@ -140,9 +142,56 @@ def run_cancel(*, user, run: Run) -> None:
     if _transition(run.id, (RunStatus.QUEUED, RunStatus.CRASHED), status=RunStatus.CANCELLED,
                    finished_at=timezone.now(), phase=""):
         return
+    with transaction.atomic():  # a parked run has no engine to report run_finished(cancelled)
+        if Run.objects.filter(pk=run.id, status=RunStatus.PAUSED, worker="").update(
+                status=RunStatus.CANCELLED, finished_at=timezone.now(), phase=""):
+            run_status_publish(run_id=run.id)
+            return
     # A live run stops at its next phase boundary; the engine then reports run_finished(cancelled).
     if not _transition(run.id, ACTIVE_STATUSES, cancel_requested=True, phase="cancelling at the next phase boundary"):
         raise ValidationError(f"a {run.get_status_display().lower()} run cannot be cancelled")
+
+
+# Parking: a paused run holds its worker's only run slot for as long as it stays paused. When another run waits
+# in the queue, the runner stops the paused run's engine and "parks" the run: still paused, with no worker
+# (worker=""), so the reaper leaves it alone; Resume sends it back to the queue, to continue from its last
+# checkpoint, and Cancel ends it at once.
+def runs_waiting(*, besides: int) -> bool:
+    """Whether a run other than `besides` waits in the queue for a worker."""
+    return Run.objects.filter(status=RunStatus.QUEUED).exclude(pk=besides).exists()
+
+
+def run_park(*, run_id: int, worker: str) -> bool:
+    """Called once `worker` has stopped the engine of its paused run: parks the run (True). A run resumed while
+    its engine stopped goes back to the queue instead."""
+    step = Checkpoint.objects.filter(run_id=run_id).order_by("-step_index").values_list("step_index", flat=True).first()
+    where = f"from the step {step} checkpoint" if step else "from the beginning (no checkpoint yet)"
+    with transaction.atomic():
+        run = Run.objects.select_for_update().filter(pk=run_id, worker=worker).first()
+        if run is None:
+            return False
+        if run.status == RunStatus.PAUSED:
+            reason = run.phase if run.phase.startswith("paused") else "paused"
+            note = f"; its engine stopped to let a queued run use the worker: resume continues {where}"
+            Run.objects.filter(pk=run_id).update(worker="", phase=(reason[:200 - len(note)] + note)[:200])
+            run_status_publish(run_id=run_id)
+            return True
+        if run.status == RunStatus.RUNNING:
+            Run.objects.filter(pk=run_id).update(status=RunStatus.QUEUED, worker="",
+                                                 phase=f"waiting for a worker (resume {where})")
+            run_status_publish(run_id=run_id)
+            run_enqueue(run=run)
+    return False
+
+
+def _requeue_parked(run: Run) -> bool:
+    with transaction.atomic():
+        if not Run.objects.filter(pk=run.id, status=RunStatus.PAUSED, worker="").update(
+                status=RunStatus.QUEUED, cancel_requested=False, phase="waiting for a worker (resume from checkpoint)"):
+            return False
+        run_status_publish(run_id=run.id)
+        run_enqueue(run=run)
+    return True
 
 
 def run_claim(*, run_id: int, worker: str) -> bool:
@@ -227,7 +276,8 @@ def runs_reap_stale(*, now=None) -> list[int]:
     now = now or timezone.now()
     runs_requeue_stranded(now=now)
     cutoff = now - timedelta(seconds=settings.STUDIO_STALE_AFTER_S)
-    stale = list(Run.objects.filter(status__in=ACTIVE_STATUSES, heartbeat_at__lt=cutoff).values_list("id", "worker"))
+    stale = list(Run.objects.filter(status__in=ACTIVE_STATUSES, heartbeat_at__lt=cutoff)
+                 .exclude(status=RunStatus.PAUSED, worker="").values_list("id", "worker"))  # parked: no engine
     reaped = []
     for run_id, worker in stale:
         reason = (f"worker {worker or '?'} stopped sending heartbeats (none for {settings.STUDIO_STALE_AFTER_S:.0f} s);"
