@@ -69,3 +69,59 @@ def test_launch_a_run_with_it_preselects_the_judge_agent_and_scenarios_the_playg
     assert _selected(form, "scenario_set") == str(scenarios.id)
     assert _selected(form, "judge_config") == str(judge.id)
     assert _selected(form, "rubric") == str(rubric.id)
+
+
+def _launch_fields(client, project) -> dict:
+    """The launch form as the browser would submit it: its fields, its one-time token, a few changes."""
+    form = client.get(reverse("run-launch", args=[project.id])).content.decode()
+    token = re.search(r'name="launch_token" value="([0-9a-f]+)"', form).group(1)
+    return {"name": "my-run", "agent": _selected(form, "agent"), "scenario_set": _selected(form, "scenario_set"),
+            "steps": "3", "group_size": "2", "groups_per_step": "1", "learning_rate": "0.001", "seed": "0",
+            "overrides": "", "launch_token": token}
+
+
+def test_launching_again_from_a_fresh_form_warns_links_the_first_run_and_launches_only_if_asked(client):
+    project = project_factory()
+    agent_factory(project=project)
+    scenario_set_factory(project=project)
+    client.force_login(project.owner)
+    first = client.post(reverse("run-launch", args=[project.id]), _launch_fields(client, project))
+    assert first.status_code == 302
+    run = Run.objects.get(project=project)
+
+    again = _launch_fields(client, project)  # Back: the form comes again with a new token, refilled
+    warned = client.post(reverse("run-launch", args=[project.id]), again)
+    assert warned.status_code == 409
+    page = warned.content.decode()
+    assert "You launched an identical run" in page and f'href="/runs/{run.id}/"' in page
+    assert Run.objects.filter(project=project).count() == 1
+
+    changed = client.post(reverse("run-launch", args=[project.id]), {**again, "steps": "4"})
+    assert changed.status_code == 302  # a different launch is not a duplicate
+    assert Run.objects.filter(project=project).count() == 2
+
+    anyway = client.post(reverse("run-launch", args=[project.id]), {**_launch_fields(client, project),
+                                                                     "launch_anyway": "1"})
+    assert anyway.status_code == 302 and Run.objects.filter(project=project).count() == 3
+
+
+def test_an_identical_launch_by_another_member_or_after_the_window_is_not_a_duplicate(client):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from tests.webapp.factories import member_factory
+    from webapp.models import Role
+    from webapp.services.runs import DUPLICATE_WINDOW
+
+    project = project_factory()
+    agent_factory(project=project)
+    scenario_set_factory(project=project)
+    client.force_login(project.owner)
+    assert client.post(reverse("run-launch", args=[project.id]), _launch_fields(client, project)).status_code == 302
+    colleague = member_factory(project=project, role=Role.EDITOR)
+    client.force_login(colleague)
+    assert client.post(reverse("run-launch", args=[project.id]), _launch_fields(client, project)).status_code == 302
+    Run.objects.filter(project=project).update(created_at=timezone.now() - DUPLICATE_WINDOW - timedelta(seconds=5))
+    assert client.post(reverse("run-launch", args=[project.id]), _launch_fields(client, project)).status_code == 302
+    assert Run.objects.filter(project=project).count() == 3

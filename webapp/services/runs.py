@@ -25,6 +25,37 @@ from webapp.services.run_config import deep_merge, run_config_build, run_launch_
 log = logging.getLogger(__name__)
 
 
+DUPLICATE_WINDOW = timedelta(minutes=10)
+
+
+class DuplicateLaunch(ValidationError):
+    """The same user launched an identical run moments ago (the browser's Back refills the form with a fresh
+    one-time token, so the token cannot tell). `run` is that run; the caller may launch anyway."""
+
+    def __init__(self, run: Run) -> None:
+        super().__init__(f"you launched an identical run, '{run.name}', {_ago(run)}; "
+                         "open it, or launch this one anyway")
+        self.run = run
+
+
+def _ago(run: Run) -> str:
+    minutes = int((timezone.now() - run.created_at).total_seconds() // 60)
+    return "less than a minute ago" if minutes < 1 else f"{minutes} minute{'s' if minutes != 1 else ''} ago"
+
+
+def _recent_identical(*, user, project: Project, config: dict[str, Any], review_gate: bool,
+                      parent_checkpoint: Checkpoint | None) -> Run | None:
+    if not getattr(user, "is_authenticated", False):
+        return None
+    same = {k: v for k, v in config.items() if k != "output_dir"}  # output_dir is new for every launch
+    recent = project.runs.filter(created_by=user, created_at__gte=timezone.now() - DUPLICATE_WINDOW,
+                                 review_gate=review_gate, parent_checkpoint=parent_checkpoint).order_by("-id")
+    for run in recent[:20]:
+        if {k: v for k, v in run.config.items() if k != "output_dir"} == same:
+            return run
+    return None
+
+
 def _same_project(project: Project, **objects: Any) -> None:
     for field, obj in objects.items():
         owner = obj.rubric.project_id if isinstance(obj, RubricVersion) else getattr(obj, "project_id", None)
@@ -36,10 +67,13 @@ def run_launch(*, user, project: Project, name: str, agent: Agent, scenario_set:
                rubric_version: RubricVersion | None = None, judge_config: JudgeConfig | None = None,
                steps: int, group_size: int, groups_per_step: int, learning_rate: float, seed: int = 0,
                overrides: dict[str, Any] | None = None, review_gate: bool = False,
-               parent_checkpoint: Checkpoint | None = None, launch_token: str = "") -> Run:
+               parent_checkpoint: Checkpoint | None = None, launch_token: str = "",
+               refuse_duplicate: bool = False) -> Run:
     """`review_gate`: wait for a reviewer after each step's scoring. `parent_checkpoint`: a fork, starting from
     that checkpoint's adapter (the engine's init_checkpoint). `launch_token`: the launch form's one-time token;
-    a second launch with the same token returns the first run instead of starting a duplicate."""
+    a second launch with the same token returns the first run instead of starting a duplicate.
+    `refuse_duplicate`: raise DuplicateLaunch when this user launched an identical run in the last
+    DUPLICATE_WINDOW (the launch form sets it unless the person chose "launch anyway")."""
     require_role(user=user, project=project, role=Role.EDITOR)
     launch_token = (launch_token or "")[:64]
     if launch_token and (existing := project.runs.filter(launch_token=launch_token).first()) is not None:
@@ -58,6 +92,10 @@ def run_launch(*, user, project: Project, name: str, agent: Agent, scenario_set:
                               groups_per_step=groups_per_step, learning_rate=learning_rate, seed=seed,
                               overrides=overrides)
     run_launch_check(config=config, judge=judge_config)
+    if refuse_duplicate and (twin := _recent_identical(user=user, project=project, config=config,
+                                                       review_gate=review_gate,
+                                                       parent_checkpoint=parent_checkpoint)) is not None:
+        raise DuplicateLaunch(twin)
     try:
         with transaction.atomic():
             run = Run.objects.create(

@@ -45,8 +45,13 @@ def run_launch(request: HttpRequest, project_id: int) -> HttpResponse:
 
     def save(data):
         rubric, version = data.pop("rubric"), data.pop("rubric_version")
-        run = run_services.run_launch(user=request.user, project=project,
-                                      rubric_version=version or (rubric.latest_version if rubric else None), **data)
+        try:
+            run = run_services.run_launch(user=request.user, project=project,
+                                          rubric_version=version or (rubric.latest_version if rubric else None),
+                                          refuse_duplicate=request.POST.get("launch_anyway") != "1", **data)
+        except run_services.DuplicateLaunch as twin:  # e.g. Back, then Launch: say so, link it, offer to go on
+            return render(request, "webapp/run_launch.html",
+                          {"project": project, "form": form, "duplicate": twin.run}, status=409)
         return redirect("run-detail", run_id=run.id)
 
     return handle_form(request, form, save, "webapp/run_launch.html", {"project": project})
