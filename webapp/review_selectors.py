@@ -9,12 +9,13 @@ import json
 import re
 from collections import defaultdict
 from typing import Any, Iterable
+from urllib.parse import urlencode
 
 from django.db.models import Prefetch, Q, QuerySet
 from django.http import Http404
 
 from judging.agreement import compare
-from webapp.models import Project, Run, ScoreOverride, Trajectory, TrajectoryGroup
+from webapp.models import Project, Rescore, Run, ScoreOverride, Trajectory, TrajectoryGroup
 from webapp.reward_selectors import group_explanations, group_scenario, trajectory_rewards
 
 MAX_COLUMNS = 6
@@ -246,6 +247,19 @@ def runs_overlay(*, project: Project, run_ids: Iterable[int], limit: int = 8) ->
 
 
 # --- export -------------------------------------------------------------------------------------------------
+
+def rescore_launch_query(*, rescore: Rescore) -> str:
+    """The launch form's query for "Launch a run with it": the saved rubric with the judge the candidate was
+    scored by, and the agent and scenarios of the newest run whose groups it re-scored."""
+    params = {"judge_config": rescore.judge_config_id}
+    if rescore.saved_version is not None:
+        params["rubric"] = rescore.saved_version.rubric_id
+    source = (Run.objects.filter(project=rescore.project, groups__id__in=rescore.group_ids or [])
+              .order_by("-id").values("agent_id", "scenario_set_id").first())
+    if source is not None:
+        params.update(agent=source["agent_id"], scenario_set=source["scenario_set_id"])
+    return urlencode(params)
+
 
 def run_groups_jsonl(*, run: Run, step: int | None = None) -> Iterable[str]:
     """The run's scored groups, one JSON line each, in the format `python -m judging score` reads (judging/cli.py

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from tests.webapp.conftest import wait_for
 from tests.webapp.factories import agent_factory, project_factory, run_factory, scenario_set_factory
@@ -140,3 +142,35 @@ def test_evaluate_now_needs_held_out_scenarios_and_an_editor(client, settings):
 
     client.force_login(member_factory(project=project))
     assert client.post(f"/checkpoints/{checkpoint.pk}/evaluate/").status_code in (403, 404)
+
+
+def test_a_run_paused_by_a_monitor_lets_a_queued_run_use_the_worker_and_resumes_from_its_checkpoint(
+        inprocess_executor, scripted_engine):
+    project = project_factory()
+    paused = _launch(project, alert_at_step=1, phase_s=0.05)
+    wait_for(lambda: Run.objects.get(pk=paused.pk).status == RunStatus.PAUSED, message="the monitor to pause the run")
+    waiting = _launch(project, phase_s=0.05)
+    wait_for(lambda: Run.objects.get(pk=waiting.pk).status == RunStatus.COMPLETED, timeout=60,
+             message="the queued run to run while the other is paused")
+    paused.refresh_from_db()
+    assert paused.status == RunStatus.PAUSED and paused.steps_done == 1
+    assert "paused by the length monitor at step 1" in paused.phase
+    assert "resume continues from the step 1 checkpoint" in paused.phase
+    assert run_services.runs_reap_stale(now=timezone.now() + timedelta(days=1)) == []  # parked, not crashed
+    run_services.run_resume(user=project.owner, run=paused)
+    wait_for(lambda: Run.objects.get(pk=paused.pk).status == RunStatus.COMPLETED, timeout=60,
+             message="the resumed run to finish")
+    paused.refresh_from_db()
+    assert paused.steps_done == 4 and paused.checkpoints.count() == 4
+    assert paused.events.filter(kind="run_started", payload__resumed=True).exists()
+
+
+def test_a_parked_paused_run_is_cancelled_at_once(inprocess_executor, scripted_engine):
+    project = project_factory()
+    paused = _launch(project, alert_at_step=1, phase_s=0.05)
+    wait_for(lambda: Run.objects.get(pk=paused.pk).status == RunStatus.PAUSED, message="the monitor to pause the run")
+    waiting = _launch(project, phase_s=0.05)
+    wait_for(lambda: Run.objects.get(pk=waiting.pk).status == RunStatus.COMPLETED, timeout=60,
+             message="the queued run to finish")
+    run_services.run_cancel(user=project.owner, run=Run.objects.get(pk=paused.pk))
+    assert Run.objects.get(pk=paused.pk).status == RunStatus.CANCELLED

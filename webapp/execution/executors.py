@@ -157,7 +157,8 @@ def embedded_startup() -> None:
 
     def _start() -> None:
         try:
-            for run_id in Run.objects.filter(status__in=ACTIVE_STATUSES).values_list("id", flat=True):
+            orphans = Run.objects.filter(status__in=ACTIVE_STATUSES).exclude(status=RunStatus.PAUSED, worker="")
+            for run_id in orphans.values_list("id", flat=True):  # a parked paused run has no engine to lose
                 run_mark_crashed(run_id=run_id, reason="the server restarted during the run; "
                                                       "resume to continue from the last checkpoint")
             for run_id in Run.objects.filter(status=RunStatus.QUEUED).order_by("id").values_list("id", flat=True):

@@ -33,7 +33,8 @@ from webapp.services.monitoring import run_monitor_pause_check
 from webapp.services.review import run_review_rewards
 from webapp.services.run_config import run_model_problems
 from webapp.services.runs import (
-    run_claim, run_control_state, run_finish_after_engine, run_heartbeat, run_judge_budget_check,
+    run_claim, run_control_state, run_finish_after_engine, run_heartbeat, run_judge_budget_check, run_park,
+    runs_waiting,
 )
 from webapp.services.secrets import secret_decrypt
 
@@ -228,6 +229,12 @@ def _pump(proc: subprocess.Popen, read_fd: int, *, run_id: int, worker: str) -> 
             # Two engines must never write one run: this one stops now, and the run resumes from its checkpoint.
             log.warning("run %s is no longer %s's; stopping its engine", run_id, worker)
             _stop(proc)
+            return
+        if state == "pause" and runs_waiting(besides=run_id):
+            # A paused run must not hold the worker's one run slot while others wait: stop its engine and park
+            # it; Resume queues it again, to continue from its last checkpoint.
+            _stop(proc)
+            run_park(run_id=run_id, worker=worker)
             return
         if state != sent_state:
             _write(proc, {"control": state})

@@ -25,6 +25,37 @@ from webapp.services.run_config import deep_merge, run_config_build, run_launch_
 log = logging.getLogger(__name__)
 
 
+DUPLICATE_WINDOW = timedelta(minutes=10)
+
+
+class DuplicateLaunch(ValidationError):
+    """The same user launched an identical run moments ago (the browser's Back refills the form with a fresh
+    one-time token, so the token cannot tell). `run` is that run; the caller may launch anyway."""
+
+    def __init__(self, run: Run) -> None:
+        super().__init__(f"you launched an identical run, '{run.name}', {_ago(run)}; "
+                         "open it, or launch this one anyway")
+        self.run = run
+
+
+def _ago(run: Run) -> str:
+    minutes = int((timezone.now() - run.created_at).total_seconds() // 60)
+    return "less than a minute ago" if minutes < 1 else f"{minutes} minute{'s' if minutes != 1 else ''} ago"
+
+
+def _recent_identical(*, user, project: Project, config: dict[str, Any], review_gate: bool,
+                      parent_checkpoint: Checkpoint | None) -> Run | None:
+    if not getattr(user, "is_authenticated", False):
+        return None
+    same = {k: v for k, v in config.items() if k != "output_dir"}  # output_dir is new for every launch
+    recent = project.runs.filter(created_by=user, created_at__gte=timezone.now() - DUPLICATE_WINDOW,
+                                 review_gate=review_gate, parent_checkpoint=parent_checkpoint).order_by("-id")
+    for run in recent[:20]:
+        if {k: v for k, v in run.config.items() if k != "output_dir"} == same:
+            return run
+    return None
+
+
 def _same_project(project: Project, **objects: Any) -> None:
     for field, obj in objects.items():
         owner = obj.rubric.project_id if isinstance(obj, RubricVersion) else getattr(obj, "project_id", None)
@@ -36,10 +67,13 @@ def run_launch(*, user, project: Project, name: str, agent: Agent, scenario_set:
                rubric_version: RubricVersion | None = None, judge_config: JudgeConfig | None = None,
                steps: int, group_size: int, groups_per_step: int, learning_rate: float, seed: int = 0,
                overrides: dict[str, Any] | None = None, review_gate: bool = False,
-               parent_checkpoint: Checkpoint | None = None, launch_token: str = "") -> Run:
+               parent_checkpoint: Checkpoint | None = None, launch_token: str = "",
+               refuse_duplicate: bool = False) -> Run:
     """`review_gate`: wait for a reviewer after each step's scoring. `parent_checkpoint`: a fork, starting from
     that checkpoint's adapter (the engine's init_checkpoint). `launch_token`: the launch form's one-time token;
-    a second launch with the same token returns the first run instead of starting a duplicate."""
+    a second launch with the same token returns the first run instead of starting a duplicate.
+    `refuse_duplicate`: raise DuplicateLaunch when this user launched an identical run in the last
+    DUPLICATE_WINDOW (the launch form sets it unless the person chose "launch anyway")."""
     require_role(user=user, project=project, role=Role.EDITOR)
     launch_token = (launch_token or "")[:64]
     if launch_token and (existing := project.runs.filter(launch_token=launch_token).first()) is not None:
@@ -58,6 +92,10 @@ def run_launch(*, user, project: Project, name: str, agent: Agent, scenario_set:
                               groups_per_step=groups_per_step, learning_rate=learning_rate, seed=seed,
                               overrides=overrides)
     run_launch_check(config=config, judge=judge_config)
+    if refuse_duplicate and (twin := _recent_identical(user=user, project=project, config=config,
+                                                       review_gate=review_gate,
+                                                       parent_checkpoint=parent_checkpoint)) is not None:
+        raise DuplicateLaunch(twin)
     try:
         with transaction.atomic():
             run = Run.objects.create(
@@ -124,8 +162,10 @@ def run_pause(*, user, run: Run) -> None:
 
 
 def run_resume(*, user, run: Run) -> None:
-    """Resumes a paused run in place, or re-queues a crashed or failed one from its last checkpoint."""
+    """Resumes a paused run in place, or re-queues a parked, crashed or failed one from its last checkpoint."""
     _require_control(user, run)
+    if _requeue_parked(run):
+        return
     if _transition(run.id, (RunStatus.PAUSED,), status=RunStatus.RUNNING, phase="resuming"):
         return
     if _transition(run.id, (RunStatus.CRASHED, RunStatus.FAILED), status=RunStatus.QUEUED, error="",
@@ -140,9 +180,56 @@ def run_cancel(*, user, run: Run) -> None:
     if _transition(run.id, (RunStatus.QUEUED, RunStatus.CRASHED), status=RunStatus.CANCELLED,
                    finished_at=timezone.now(), phase=""):
         return
+    with transaction.atomic():  # a parked run has no engine to report run_finished(cancelled)
+        if Run.objects.filter(pk=run.id, status=RunStatus.PAUSED, worker="").update(
+                status=RunStatus.CANCELLED, finished_at=timezone.now(), phase=""):
+            run_status_publish(run_id=run.id)
+            return
     # A live run stops at its next phase boundary; the engine then reports run_finished(cancelled).
     if not _transition(run.id, ACTIVE_STATUSES, cancel_requested=True, phase="cancelling at the next phase boundary"):
         raise ValidationError(f"a {run.get_status_display().lower()} run cannot be cancelled")
+
+
+# Parking: a paused run holds its worker's only run slot for as long as it stays paused. When another run waits
+# in the queue, the runner stops the paused run's engine and "parks" the run: still paused, with no worker
+# (worker=""), so the reaper leaves it alone; Resume sends it back to the queue, to continue from its last
+# checkpoint, and Cancel ends it at once.
+def runs_waiting(*, besides: int) -> bool:
+    """Whether a run other than `besides` waits in the queue for a worker."""
+    return Run.objects.filter(status=RunStatus.QUEUED).exclude(pk=besides).exists()
+
+
+def run_park(*, run_id: int, worker: str) -> bool:
+    """Called once `worker` has stopped the engine of its paused run: parks the run (True). A run resumed while
+    its engine stopped goes back to the queue instead."""
+    step = Checkpoint.objects.filter(run_id=run_id).order_by("-step_index").values_list("step_index", flat=True).first()
+    where = f"from the step {step} checkpoint" if step else "from the beginning (no checkpoint yet)"
+    with transaction.atomic():
+        run = Run.objects.select_for_update().filter(pk=run_id, worker=worker).first()
+        if run is None:
+            return False
+        if run.status == RunStatus.PAUSED:
+            reason = run.phase if run.phase.startswith("paused") else "paused"
+            note = f"; its engine stopped to let a queued run use the worker: resume continues {where}"
+            Run.objects.filter(pk=run_id).update(worker="", phase=(reason[:200 - len(note)] + note)[:200])
+            run_status_publish(run_id=run_id)
+            return True
+        if run.status == RunStatus.RUNNING:
+            Run.objects.filter(pk=run_id).update(status=RunStatus.QUEUED, worker="",
+                                                 phase=f"waiting for a worker (resume {where})")
+            run_status_publish(run_id=run_id)
+            run_enqueue(run=run)
+    return False
+
+
+def _requeue_parked(run: Run) -> bool:
+    with transaction.atomic():
+        if not Run.objects.filter(pk=run.id, status=RunStatus.PAUSED, worker="").update(
+                status=RunStatus.QUEUED, cancel_requested=False, phase="waiting for a worker (resume from checkpoint)"):
+            return False
+        run_status_publish(run_id=run.id)
+        run_enqueue(run=run)
+    return True
 
 
 def run_claim(*, run_id: int, worker: str) -> bool:
@@ -227,7 +314,8 @@ def runs_reap_stale(*, now=None) -> list[int]:
     now = now or timezone.now()
     runs_requeue_stranded(now=now)
     cutoff = now - timedelta(seconds=settings.STUDIO_STALE_AFTER_S)
-    stale = list(Run.objects.filter(status__in=ACTIVE_STATUSES, heartbeat_at__lt=cutoff).values_list("id", "worker"))
+    stale = list(Run.objects.filter(status__in=ACTIVE_STATUSES, heartbeat_at__lt=cutoff)
+                 .exclude(status=RunStatus.PAUSED, worker="").values_list("id", "worker"))  # parked: no engine
     reaped = []
     for run_id, worker in stale:
         reason = (f"worker {worker or '?'} stopped sending heartbeats (none for {settings.STUDIO_STALE_AFTER_S:.0f} s);"

@@ -193,7 +193,7 @@ def playground(request: HttpRequest, project_id: int) -> HttpResponse:
 def playground_detail(request: HttpRequest, rescore_id: int) -> HttpResponse:
     rescore = selectors.in_project_get(user=request.user, model=Rescore, pk=rescore_id)
     context = {"rescore": rescore, "project": rescore.project, **_role_context(request, rescore.project),
-               "rubrics": rescore.project.rubrics.all()}
+               "rubrics": rescore.project.rubrics.all(), "launch_query": review.rescore_launch_query(rescore=rescore)}
     if getattr(request, "htmx", False):
         return render(request, "webapp/partials/rescore_results.html", context)
     return render(request, "webapp/playground_detail.html", context)

@@ -36,15 +36,22 @@ def run_launch(request: HttpRequest, project_id: int) -> HttpResponse:
     project = selectors.project_get(user=request.user, project_id=project_id, role=Role.EDITOR)
     initial = {"name": f"run-{project.runs.count() + 1}", "agent": project.agents.first(),
                "scenario_set": project.scenario_sets.first()}
-    if request.GET.get("rubric", "").isdigit():  # "launch a run with it" from the playground
-        initial["rubric"] = project.rubrics.filter(pk=int(request.GET["rubric"])).first()
-        initial["judge_config"] = project.judge_configs.first()
+    # "Launch a run with it" from the playground names the rubric, judge, agent and scenarios it used.
+    for field, objects in (("rubric", project.rubrics), ("judge_config", project.judge_configs),
+                           ("agent", project.agents), ("scenario_set", project.scenario_sets)):
+        if request.GET.get(field, "").isdigit() and (chosen := objects.filter(pk=int(request.GET[field])).first()):
+            initial[field] = chosen
     form = LaunchForm(request.POST or None, project=project, initial=initial)
 
     def save(data):
         rubric, version = data.pop("rubric"), data.pop("rubric_version")
-        run = run_services.run_launch(user=request.user, project=project,
-                                      rubric_version=version or (rubric.latest_version if rubric else None), **data)
+        try:
+            run = run_services.run_launch(user=request.user, project=project,
+                                          rubric_version=version or (rubric.latest_version if rubric else None),
+                                          refuse_duplicate=request.POST.get("launch_anyway") != "1", **data)
+        except run_services.DuplicateLaunch as twin:  # e.g. Back, then Launch: say so, link it, offer to go on
+            return render(request, "webapp/run_launch.html",
+                          {"project": project, "form": form, "duplicate": twin.run}, status=409)
         return redirect("run-detail", run_id=run.id)
 
     return handle_form(request, form, save, "webapp/run_launch.html", {"project": project})
@@ -129,12 +136,18 @@ def run_control(request: HttpRequest, run_id: int, action: str) -> HttpResponse:
     control = {"pause": run_services.run_pause, "resume": run_services.run_resume, "cancel": run_services.run_cancel}
     if action not in control:
         raise Http404("no such action")
+    refused = ""
     try:
         control[action](user=request.user, run=run)
     except ValidationError as err:
-        messages.error(request, " ".join(err.messages))
+        refused = " ".join(err.messages)
     if getattr(request, "htmx", False):
-        return run_header(request, run_id)
+        # The new header, rendered here: run_header answers GET only, and a POST handed to it was a 405.
+        run.refresh_from_db()
+        return render(request, "webapp/partials/run_header.html", {**_run_context(request, run),
+                                                                     "control_error": refused})
+    if refused:
+        messages.error(request, refused)
     return redirect("run-detail", run_id=run.id)
 
 
