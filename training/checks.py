@@ -12,6 +12,7 @@ from training.errors import TrainingError
 from training.evaluation import Evaluator, split_scenarios
 from training.events import EvaluationFinished, EventSink, MonitorAlert
 from training.monitors import Monitors, step_signals
+from training.scenarios import load_scenarios
 from training.types import Scenario, Scorer, TrajectoryGroup
 
 
@@ -66,7 +67,6 @@ async def evaluate_checkpoint(config: RunConfig, checkpoint: str | None, *, scor
     from pathlib import Path
 
     from training.environments import RolloutConfig, get_environment, parse_options
-    from training.loop import load_scenarios
     from training.servers import start_server
     from training.trainer import pick_device
     from training.types import env_reward_scorer

@@ -30,6 +30,7 @@ from training.events import (CheckpointSaved, EventSink, GroupRolledOut, GroupSc
                              ReviewRequested, RunFailed,
                              RunFinished, RunStarted, StepFinished, TrainStep, null_sink)
 from training.grpo import group_advantages
+from training.scenarios import load_scenarios
 from training.types import ReviewHook, Scenario, Scorer, Trajectory, TrajectoryGroup, env_reward_scorer
 
 
@@ -39,23 +40,6 @@ class RunSummary:
     steps_done: int
     last_checkpoint: Checkpoint | None
     history: list[dict[str, Any]]
-
-
-def load_scenarios(config: RunConfig) -> list[Scenario]:
-    specs = [s.model_dump() for s in config.scenarios]
-    if config.scenarios_file:
-        path = Path(config.scenarios_file)
-        if not path.exists():
-            raise TrainingError(f"scenarios_file not found: {path}")
-        for n, line in enumerate(path.read_text().splitlines(), 1):
-            if line.strip():
-                try:
-                    specs.append(json.loads(line))
-                except json.JSONDecodeError as err:
-                    raise TrainingError(f"{path}:{n}: not valid JSON: {err}") from None
-    from training.config import ScenarioSpec  # validated here too: a file is input like any other
-
-    return [Scenario(**ScenarioSpec.model_validate(s).model_dump()) for s in specs]
 
 
 def scenarios_for_step(scenarios: list[Scenario], step: int, per_step: int, seed: int) -> list[Scenario]:
