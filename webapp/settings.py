@@ -208,7 +208,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "webapp.api.pagination.Pagination",
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "webapp.api.errors.exception_handler",
     "DEFAULT_THROTTLE_CLASSES": ["webapp.ratelimit.ApiUserThrottle", "webapp.ratelimit.ApiAnonThrottle"],
@@ -232,6 +232,13 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Request bodies get components of their own, so the schema can say what a client must send (non-blank
+    # strings: minLength 1; read-only fields left out) apart from what it gets back.
+    "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {"RunStatusEnum": "webapp.models.RunStatus",
+                            "RescoreStatusEnum": "webapp.models.Rescore.Status"},
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
+                             "webapp.api.schema.error_responses"],
 }
 
 SESSION_COOKIE_HTTPONLY = True

@@ -150,7 +150,7 @@ def test_side_by_side_diffs_the_final_answers_and_escapes_model_output(client):
     page = client.get(reverse("run-compare", args=[run.id]) + f"?t={a.id}&t={b.id}").content.decode()
     assert "<del>30</del><ins>90</ins>" in page
     assert "<script>alert(1)" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
-    columns = _api(run.project.owner).get(f"/api/runs/{run.id}/compare/?t={a.id}&t={b.id}").json()
+    columns = _api(run.project.owner).get(f"/api/runs/{run.id}/compare/?t={a.id}&t={b.id}").json()["results"]
     assert ["del", "30"] in columns[1]["diff"] and ["ins", "90"] in columns[1]["diff"]
 
 

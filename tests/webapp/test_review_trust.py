@@ -371,7 +371,7 @@ def test_the_review_queue_ranks_groups_by_the_value_of_a_look_and_says_why(clien
     contradicted = _group(run, step=2, index=1, scores=[0.9, 0.5, 0.1],
                           explanations=["Wrong: invents a refund window.", "", ""])
     _group(run, step=2, index=2, scores=[0.9, 0.5, 0.1])  # nothing suspicious: not in the queue
-    queue = _api(run.project.owner).get(f"/api/runs/{run.id}/review-queue/").json()
+    queue = _api(run.project.owner).get(f"/api/runs/{run.id}/review-queue/").json()["results"]
     order = [(q["step"], q["group_index"]) for q in queue]
     assert order == [(2, 1), (2, 0), (1, 0)]
     values = [q["value"] for q in queue]

@@ -6,6 +6,8 @@ from __future__ import annotations
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status
 from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
+from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -31,13 +33,13 @@ class TrajectoryReviewActions:
     @extend_schema(responses=s.ScoreOverrideSerializer(many=True))
     @action(detail=True, methods=["get"])
     def overrides(self, request: Request, pk=None) -> Response:
-        records = self.get_object().overrides.select_related("user").order_by("-id")
-        return Response(s.ScoreOverrideSerializer(records, many=True).data)
+        page = self.paginate_queryset(self.get_object().overrides.select_related("user").order_by("-id"))
+        return self.get_paginated_response(s.ScoreOverrideSerializer(page, many=True).data)
 
 
 class GroupReviewActions:
     @extend_schema(request=s.ReorderSerializer, responses={201: s.ScoreOverrideSerializer(many=True)})
-    @action(detail=True, methods=["post"])
+    @action(detail=True, methods=["post"], parser_classes=[JSONParser])  # `order` is a list: JSON only
     def reorder(self, request: Request, pk=None) -> Response:
         group = self.get_object()
         body = s.ReorderSerializer(data=request.data)
@@ -61,20 +63,23 @@ class RunReviewActions:
     @extend_schema(responses=s.QueueItemSerializer(many=True))
     @action(detail=True, methods=["get"], url_path="review-queue")
     def review_queue(self, request: Request, pk=None) -> Response:
-        return Response(s.QueueItemSerializer(review.review_queue(run=self.get_object()), many=True).data)
+        page = self.paginate_queryset(review.review_queue(run=self.get_object()))
+        return self.get_paginated_response(s.QueueItemSerializer(page, many=True).data)
 
     @extend_schema(responses=s.RunAgreementSerializer)
     @action(detail=True, methods=["get"])
     def agreement(self, request: Request, pk=None) -> Response:
         return Response(s.RunAgreementSerializer(review.run_agreement(run=self.get_object())).data)
 
-    @extend_schema(parameters=[OpenApiParameter("t", int, many=True, description="trajectory ids, 1 to 6")],
+    @extend_schema(parameters=[OpenApiParameter("t", int, many=True, required=True, description="trajectory ids, 1 to 6")],
                    responses=s.CompareColumnSerializer(many=True))
     @action(detail=True, methods=["get"])
     def compare(self, request: Request, pk=None) -> Response:
-        ids = [int(i) for i in request.query_params.getlist("t") if i.isdigit()]
-        columns = review.compare_columns(run=self.get_object(), trajectory_ids=ids)
-        return Response(s.CompareColumnSerializer(columns, many=True).data)
+        ids = request.query_params.getlist("t")
+        if not ids or len(ids) > 6 or not all(i.isdigit() for i in ids):
+            raise ValidationError({"t": ["give 1 to 6 trajectory ids of this run, each a whole number"]})
+        columns = review.compare_columns(run=self.get_object(), trajectory_ids=[int(i) for i in ids])
+        return self.get_paginated_response(s.CompareColumnSerializer(self.paginate_queryset(columns), many=True).data)
 
     @extend_schema(request=s.ForkSerializer, responses={201: s.RunSerializer})
     @action(detail=True, methods=["post"])
@@ -86,7 +91,7 @@ class RunReviewActions:
         selectors.project_get(user=request.user, project_id=parent.project_id, role=Role.EDITOR)
         checkpoint = parent.checkpoints.filter(step_index=data.pop("step")).first()
         if checkpoint is None:
-            return Response({"step": ["this run has no checkpoint at that step"]}, status=status.HTTP_400_BAD_REQUEST)
+            raise ValidationError({"step": ["this run has no checkpoint at that step"]})
         version_id, judge_id = data.pop("rubric_version", None), data.pop("judge_config", None)
         run = run_services.run_fork(
             user=request.user, checkpoint=checkpoint,
@@ -116,7 +121,7 @@ class RescoreViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin):
         return Response(s.RescoreSerializer(rescore).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=s.SaveVersionSerializer, responses={201: s.RubricVersionSerializer})
-    @action(detail=True, methods=["post"], url_path="save-version")
+    @action(detail=True, methods=["post"], url_path="save-version", parser_classes=[JSONParser])
     def save_version(self, request: Request, pk=None) -> Response:
         rescore = self.get_object()
         body = s.SaveVersionSerializer(data=request.data)

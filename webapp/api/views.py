@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db.models import Prefetch
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
@@ -13,6 +13,7 @@ from rest_framework.response import Response
 
 from webapp import selectors
 from webapp.api import serializers as s
+from webapp.api.pagination import query_int
 from webapp.api.review_views import GroupReviewActions, RescoreViewSet, RunReviewActions, TrajectoryReviewActions
 from webapp.models import (
     Agent, JudgeConfig, Project, Role, Rubric, RubricVersion, Run, ScenarioSet, Trajectory, TrajectoryGroup,
@@ -85,7 +86,8 @@ class ScenarioSetViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixin
         project = _project(self.request, data.pop("project").id)
         serializer.instance = catalogue_services.scenario_set_create(user=self.request.user, project=project, **data)
 
-    @extend_schema(request=s.ScenarioSerializer, responses=s.ScenarioSerializer(many=True))
+    @extend_schema(methods=["GET"], responses=s.ScenarioSerializer(many=True))
+    @extend_schema(methods=["POST"], request=s.ScenarioSerializer, responses={201: s.ScenarioSerializer})
     @action(detail=True, methods=["get", "post"])
     def scenarios(self, request: Request, pk=None) -> Response:
         scenario_set = self.get_object()
@@ -98,7 +100,7 @@ class ScenarioSetViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixin
                                                       **body.validated_data)
         return Response(s.ScenarioSerializer(scenario).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(request={"multipart/form-data": s.UploadSerializer}, responses=s.ScenarioSetSerializer)
+    @extend_schema(request={"multipart/form-data": s.UploadSerializer}, responses={201: s.ScenarioSetSerializer})
     @action(detail=True, methods=["post"], parser_classes=[MultiPartParser, FormParser])
     def upload(self, request: Request, pk=None) -> Response:
         scenario_set = self.get_object()
@@ -121,7 +123,7 @@ class RubricViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Cre
         project = _project(self.request, data.pop("project").id)
         serializer.instance = catalogue_services.rubric_create(user=self.request.user, project=project, **data)
 
-    @extend_schema(request=s.RubricVersionSerializer, responses=s.RubricVersionSerializer)
+    @extend_schema(request=s.RubricVersionSerializer, responses={201: s.RubricVersionSerializer})
     @action(detail=True, methods=["post"], parser_classes=[JSONParser])
     def versions(self, request: Request, pk=None) -> Response:
         rubric = self.get_object()
@@ -158,10 +160,14 @@ class RunViewSet(RunReviewActions, mixins.ListModelMixin, mixins.RetrieveModelMi
         # the judge cost is a query per run: on the one run asked for, not on every run of a list
         return s.RunDetailSerializer if self.action == "retrieve" else s.RunSerializer
 
+    @extend_schema(parameters=[OpenApiParameter("project", int, description="only this project's runs")])
+    def list(self, request: Request, *args, **kwargs) -> Response:
+        return super().list(request, *args, **kwargs)
+
     def get_queryset(self):
         qs = super().get_queryset()
-        project = self.request.query_params.get("project")
-        return qs.filter(project_id=project) if project and project.isdigit() else qs
+        project = query_int(self.request, "project", minimum=1) if self.action == "list" else None
+        return qs if project is None else qs.filter(project_id=project)
 
     @extend_schema(request=s.RunCreateSerializer, responses={201: s.RunSerializer})
     def create(self, request: Request) -> Response:
@@ -204,21 +210,23 @@ class RunViewSet(RunReviewActions, mixins.ListModelMixin, mixins.RetrieveModelMi
     @extend_schema(responses=s.StepSerializer(many=True))
     @action(detail=True, methods=["get"])
     def steps(self, request: Request, pk=None) -> Response:
-        return Response(s.StepSerializer(selectors.run_steps(run=self.get_object()), many=True).data)
+        page = self.paginate_queryset(selectors.run_steps(run=self.get_object()))
+        return self.get_paginated_response(s.StepSerializer(page, many=True).data)
 
-    @extend_schema(responses=s.GroupSerializer(many=True))
+    @extend_schema(parameters=[OpenApiParameter("step", int, description="only this step's groups (0 or more)")],
+                   responses=s.GroupSerializer(many=True))
     @action(detail=True, methods=["get"])
     def groups(self, request: Request, pk=None) -> Response:
         run = self.get_object()
-        step = request.query_params.get("step")
-        qs = selectors.run_groups(run=run, limit=None, step=int(step) if step and step.isdigit() else None)
+        qs = selectors.run_groups(run=run, limit=None, step=query_int(request, "step"))
         page = self.paginate_queryset(qs)
         return self.get_paginated_response(s.GroupSerializer(page, many=True).data)
 
     @extend_schema(responses=s.CheckpointSerializer(many=True))
     @action(detail=True, methods=["get"])
     def checkpoints(self, request: Request, pk=None) -> Response:
-        return Response(s.CheckpointSerializer(self.get_object().checkpoints.order_by("step_index"), many=True).data)
+        page = self.paginate_queryset(self.get_object().checkpoints.order_by("step_index"))
+        return self.get_paginated_response(s.CheckpointSerializer(page, many=True).data)
 
 
 class GroupViewSet(GroupReviewActions, mixins.RetrieveModelMixin, _InProject):

@@ -1,0 +1,69 @@
+"""What the OpenAPI schema says beyond the serializers: every error the API can answer, in its one shape
+(webapp/api/errors.py), and the rate limit's 429 with Retry-After. drf-spectacular calls `error_responses`
+after it has built the schema (SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"])."""
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+
+ERROR_SCHEMA = {
+    "type": "object",
+    "description": "Every error of the API. `detail` says what went wrong in a sentence; a 400 also names each "
+                   "field it refused, with that field's messages (a list of strings, or for a list of objects "
+                   "one entry per object).",
+    "properties": {"detail": {"type": "string"}},
+    "required": ["detail"],
+    "additionalProperties": {"oneOf": [{"type": "array"}, {"type": "object"}, {"type": "string"}]},
+}
+
+_ERRORS = {
+    "400": "Bad input: a field or a query parameter was refused; the body names it. Nothing was changed.",
+    "401": "No valid credentials: send `Authorization: Token <key>` (tokens are made on the API token page).",
+    "403": "A member of the project whose role does not allow this (viewer, reviewer, editor, admin).",
+    "404": "No such object, or it belongs to a project you are not a member of (the two are not told apart).",
+    "429": "Too many requests: wait the number of seconds in `Retry-After`, then retry.",
+}
+_WRITES = {"post", "put", "patch", "delete"}
+
+
+def rate_limits_text() -> str:
+    return (f"Each user may make {settings.STUDIO_API_PER_MINUTE} API calls a minute, and each address without "
+            f"credentials {settings.STUDIO_API_ANON_PER_MINUTE}; beyond that the API answers 429 with a "
+            "`Retry-After` header giving the seconds to wait. Administrators set the limits with "
+            "STUDIO_API_PER_MINUTE and STUDIO_API_ANON_PER_MINUTE.")
+
+
+def _response(code: str) -> dict[str, Any]:
+    response: dict[str, Any] = {"description": _ERRORS[code],
+                                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+    if code == "429":
+        response["headers"] = {"Retry-After": {"description": "Seconds to wait before the next call.",
+                                               "schema": {"type": "integer", "minimum": 0}}}
+    return response
+
+
+def error_responses(result: dict[str, Any], generator, request, public) -> dict[str, Any]:
+    result.setdefault("components", {}).setdefault("schemas", {})["Error"] = ERROR_SCHEMA
+    for path, operations in result.get("paths", {}).items():
+        for method, operation in operations.items():
+            if method not in _WRITES | {"get", "head"}:
+                continue
+            parameters = operation.get("parameters", [])
+            codes = ["401", "403", "429"]
+            if method in _WRITES or any(p.get("in") == "query" for p in parameters):
+                codes.append("400")
+            # Ids in the path, and ids in a body, name objects the user may not see.
+            if "{" in path or method in _WRITES:
+                codes.append("404")
+            for code in codes:
+                operation["responses"].setdefault(code, _response(code))
+    result.setdefault("info", {})["description"] = (
+        f"{result['info'].get('description', '')}\n\n## Errors\n\nEvery error has one shape, `Error`: "
+        "`{\"detail\": \"…\"}`, and for a 400 also the refused fields, e.g. "
+        "`{\"detail\": \"Invalid input.\", \"name\": [\"This field may not be blank.\"]}`.\n\n"
+        + "\n".join(f"- **{code}**: {text}" for code, text in _ERRORS.items())
+        + f"\n\n## Rate limits\n\n{rate_limits_text()}\n\n## Lists\n\nEvery list, nested ones included "
+        "(`/api/runs/{id}/steps/`, …), is paginated the same way: `?limit=` (1 to 1000, default 50) and "
+        "`?offset=` (0 or more), answered as `{count, next, previous, results}`.")
+    return result
