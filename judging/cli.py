@@ -181,7 +181,7 @@ async def _score_all(args: argparse.Namespace) -> int:
         try:
             res: GroupJudgement | JudgeError = await score_group(
                 g.message_lists(), args.judge_model, rubric=rubric, extra_litellm_params=params, tools=g.tools,
-                limiter=limiter, reference=g.reference, **options)
+                limiter=limiter, reference=g.reference, labels=g.names(), **options)
         except JudgeError as err:
             res, failed = err, failed + 1
         done += 1
