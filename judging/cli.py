@@ -6,7 +6,9 @@
 GROUPS.jsonl holds one group per line:
     {"id": "refund-1", "trajectories": [[{"role": "user", "content": "..."}, ...], ...],
      "tools": [...optional...], "reference": "...optional..."}
-A trajectory may also be {"id": "a", "messages": [...]}, to show its own name in the output.
+A trajectory may also be {"id": "a", "messages": [...]}, to show its own name in the output, and may carry the
+"review" a run recorded (the web app's export: judge score, explanation, human score and its audit, effective
+reward, rank), shown beside the new score; a group may carry its "review" (step, means).
 Results go to stdout (text, or one JSON object per group with --json); progress goes to stderr.
 
     python -m judging check GROUPS.jsonl --judge-model M [--passes K] [--shuffles S] [--json]
@@ -32,10 +34,54 @@ from judging.errors import JudgeError
 from judging.types import Criterion, GroupJudgement
 
 
+class StoredOverride(BaseModel):
+    """One human change of a trajectory's score, as the web app audited it."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: str = Field(description="score, reorder or clear")
+    before: float | None = None
+    after: float | None = Field(None, description="The human score after the change (None: removed).")
+    reason: str
+    user: str | None = None
+    at: str = Field(description="When, ISO 8601.")
+    applies_to_training: bool = Field(description="Made before the step trained, so it changed its rewards.")
+
+
+class StoredReview(BaseModel):
+    """What a run recorded about one trajectory (the web app's export): carried along, not used for scoring."""
+
+    model_config = ConfigDict(extra="forbid")
+    rank: int | None = Field(None, description="1 = best effective reward in its group.")
+    judge_score: float | None = None
+    explanation: str = Field("", description="The judge's explanation, naming trajectories by their ids.")
+    criteria: dict[str, float] = Field(default_factory=dict)
+    env_reward: float | None = None
+    human_score: float | None = None
+    reward: float | None = Field(None, description="The effective reward: the human score, else the scored one.")
+    trained_reward: float | None = Field(None, description="The reward the step trained on (None: not yet).")
+    advantage: float | None = None
+    overrides: list[StoredOverride] = Field(default_factory=list)
+
+
+class StoredGroupReview(BaseModel):
+    """Where a group came from in a run, and its means (the web app's export)."""
+
+    model_config = ConfigDict(extra="forbid")
+    step: int
+    group: int = Field(description="1-based, as the pages number groups.")
+    scenario_id: str = ""
+    reward_mean: float | None = Field(None, description="Mean of the effective rewards.")
+    reward_std: float | None = None
+    judge_mean: float | None = None
+    skipped: bool = False
+    scoring_error: str = ""
+
+
 class _Traj(BaseModel):
     model_config = ConfigDict(extra="forbid")
     id: str | None = None
     messages: list[dict[str, Any]]
+    review: StoredReview | None = None
 
 
 class GroupLine(BaseModel):
@@ -46,12 +92,16 @@ class GroupLine(BaseModel):
     trajectories: list[list[dict[str, Any]] | _Traj] = Field(min_length=1)
     tools: list[dict[str, Any]] | None = None
     reference: str | None = None
+    review: StoredGroupReview | None = None
 
     def message_lists(self) -> list[list[dict[str, Any]]]:
         return [t.messages if isinstance(t, _Traj) else t for t in self.trajectories]
 
     def names(self) -> list[str]:
         return [(t.id if isinstance(t, _Traj) and t.id else f"#{i + 1}") for i, t in enumerate(self.trajectories)]
+
+    def stored(self) -> list[StoredReview | None]:
+        return [t.review if isinstance(t, _Traj) else None for t in self.trajectories]
 
 
 def read_groups(path: Path) -> list[GroupLine]:
@@ -83,13 +133,15 @@ def _format(group: GroupLine, j: GroupJudgement) -> str:
             f"tokens {acct['prompt_tokens']}+{acct['completion_tokens']}, cost {cost}"
             + (", cached" if j.cache_hit else "") + (", all identical" if j.identical else "")
             + (f", disagreement {j.disagreement:.3f}" if j.disagreement is not None else ""))
-    names = group.names()
+    names, stored = group.names(), group.stored()
     ranked = sorted(range(len(j.scores)), key=lambda i: -j.scores[i].score)
     lines = [head]
     for i in ranked:
-        s = j.scores[i]
+        s, was = j.scores[i], stored[i]
         crit = ("  [" + ", ".join(f"{k} {v:.2f}" for k, v in s.criteria.items()) + "]") if s.criteria else ""
-        lines.append(f"  {names[i]:>6}  {s.score:.3f}{crit}  {s.explanation}")
+        before = ("" if was is None or was.reward is None else f"  (stored reward {was.reward:.3f}"
+                  + (f", human {was.human_score:.3f}" if was.human_score is not None else "") + ")")
+        lines.append(f"  {names[i]:>6}  {s.score:.3f}{crit}{before}  {s.explanation}")
     return "\n".join(lines)
 
 
@@ -129,7 +181,7 @@ async def _score_all(args: argparse.Namespace) -> int:
         try:
             res: GroupJudgement | JudgeError = await score_group(
                 g.message_lists(), args.judge_model, rubric=rubric, extra_litellm_params=params, tools=g.tools,
-                limiter=limiter, reference=g.reference, **options)
+                limiter=limiter, reference=g.reference, labels=g.names(), **options)
         except JudgeError as err:
             res, failed = err, failed + 1
         done += 1

@@ -16,7 +16,7 @@ from django.http import Http404
 
 from judging.agreement import compare
 from webapp.models import Project, Rescore, Run, ScoreOverride, Trajectory, TrajectoryGroup
-from webapp.reward_selectors import group_explanations, group_scenario, trajectory_rewards
+from webapp.reward_selectors import group_explanations, group_scenario, groups_view, trajectory_rewards
 
 MAX_COLUMNS = 6
 
@@ -268,18 +268,36 @@ def run_groups_jsonl(*, run: Run, step: int | None = None) -> Iterable[str]:
     groups = run.groups.order_by("step_index", "index").select_related("scenario")  # a fallback of group_scenario
     if step is not None:
         groups = groups.filter(step_index=step)
-    for group in groups.prefetch_related(Prefetch("trajectories", queryset=Trajectory.objects.order_by("index"))):
+    audit = Prefetch("overrides", queryset=ScoreOverride.objects.select_related("user").order_by("id"))
+    for group in groups.prefetch_related(Prefetch("trajectories", queryset=Trajectory.objects.order_by("index")
+                                                  .prefetch_related(audit))):
         members = [t for t in group.trajectories.all() if t.messages]
         if not members:
             continue
+        view = groups_view(run=run, groups=[group])
         line: dict[str, Any] = {"id": f"{run.name}/step{group.step_index}/group{group.index + 1}/"
                                       f"{group.scenario_external_id}",
-                                "trajectories": [{"id": t.label, "messages": t.messages} for t in members]}
+                                "trajectories": [{"id": t.label, "messages": t.messages,
+                                                  "review": _stored_review(t, view[t.id])} for t in members]}
         if members[0].tools:
             line["tools"] = members[0].tools
         if (scenario := group_scenario(group=group)) and scenario["reference"]:
             line["reference"] = scenario["reference"]
+        line["review"] = {"step": group.step_index, "group": group.index + 1,
+                          "scenario_id": group.scenario_external_id, "reward_mean": group.reward_mean,
+                          "reward_std": group.reward_std, "judge_mean": group.judge_mean, "skipped": group.skipped,
+                          "scoring_error": group.scoring_error}
         yield json.dumps(line, ensure_ascii=False) + "\n"
+
+
+def _stored_review(t: Trajectory, r: dict[str, Any]) -> dict[str, Any]:
+    """One trajectory's review as judging.cli.StoredReview reads it: what the pages show, and its audit."""
+    return {"rank": t.rank, "judge_score": r["judge_score"], "explanation": r["explanation"],
+            "criteria": t.criteria or {}, "env_reward": r["env_reward"], "human_score": r["human_score"],
+            "reward": r["effective_reward"], "trained_reward": r["trained_reward"], "advantage": r["advantage"],
+            "overrides": [{"kind": o.kind, "before": o.before, "after": o.after, "reason": o.reason,
+                           "user": o.user.username if o.user else None, "at": o.created_at.isoformat(),
+                           "applies_to_training": o.applies_to_training} for o in t.overrides.all()]}
 
 
 # --- playground: which stored groups to re-score -------------------------------------------------------------

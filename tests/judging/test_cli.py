@@ -87,3 +87,26 @@ def test_a_group_the_judge_cannot_score_is_printed_as_failed(judge_double: Judge
     captured = capsys.readouterr()
     assert "== broken: FAILED" in captured.out and "not valid JSON" in captured.out
     assert "1 failed" in captured.err
+
+
+def test_the_cli_prints_explanations_in_the_files_names_not_the_judges_shuffled_numbers(
+        judge_double: JudgeDouble, tmp_path: Path, capsys, monkeypatch) -> None:
+    groups = tmp_path / "groups.jsonl"
+    groups.write_text(json.dumps({"id": "g", "trajectories": [{"id": "terse", "messages": trajectory(0.3)},
+                                                              {"id": "verbose", "messages": trajectory(0.7)}]}) + "\n")
+    monkeypatch.setenv("OPENAI_API_KEY", "test")
+
+    def explain(request):
+        blocks = request.trajectory_blocks()
+        best = next(tid for tid, text in blocks.items() if "quality 0.70" in text)
+        return {"scores": [{"trajectory_id": tid, "score": 0.7 if tid == best else 0.3,
+                            "explanation": f"Trajectory {tid}; best is trajectory {best}."} for tid in blocks]}
+
+    judge_double.responder = explain
+    code = main(["score", str(groups), "--judge-model", judge_double.model, "--api-base", judge_double.api_base,
+                 "--no-cache"])
+
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "terse  0.300  Trajectory terse; best is trajectory verbose." in out
+    assert "verbose  0.700  Trajectory verbose; best is trajectory verbose." in out

@@ -136,3 +136,47 @@ def test_ranks_and_group_means_follow_the_human_scores_on_every_page_and_the_api
     body = _api(owner).get(f"/api/groups/{a.group_id}/").json()
     assert {t["label"]: t["rank"] for t in body["trajectories"]} == {"B": 1, "A": 2, "C": 3}
     assert body["reward_mean"] == pytest.approx(0.3)  # a reorder moves the scores, it keeps their mean
+
+
+def test_the_export_carries_the_review_reads_in_the_judging_cli_and_round_trips(client, tmp_path, judge_double,
+                                                                                 capsys, monkeypatch):
+    import json
+
+    from judging.cli import GroupLine, main, read_groups
+    from webapp.services.review import trajectory_override
+
+    run = run_factory(status=RunStatus.AWAITING_REVIEW, review_gate=True)
+    a, b, c = _scored(run, [0.9, 0.3, 0.6])
+    owner = run.project.owner
+    trajectory_override(user=owner, trajectory=a, score=0.0, reason="invents a refund policy")
+    response = _login(client, owner).get(f"/runs/{run.id}/export.jsonl")
+    text = b"".join(response.streaming_content).decode()
+    path = tmp_path / "groups.jsonl"
+    path.write_text(text)
+
+    exported = json.loads(text.splitlines()[0])
+    stored = {t["id"]: t["review"] for t in exported["trajectories"]}
+    assert stored["A"] | {"overrides": None} == {
+        "rank": 3, "judge_score": 0.9, "explanation": "judged 0.9", "criteria": {}, "env_reward": None,
+        "human_score": 0.0, "reward": 0.0, "trained_reward": None, "advantage": 0.0, "overrides": None}
+    (override,) = stored["A"]["overrides"]
+    assert {k: override[k] for k in ("kind", "before", "after", "reason", "user", "applies_to_training")} == {
+        "kind": "score", "before": None, "after": 0.0, "reason": "invents a refund policy",
+        "user": owner.username, "applies_to_training": True}
+    assert override["at"].startswith(str(a.overrides.get().created_at.year))
+    assert (stored["C"]["rank"], stored["C"]["reward"], stored["C"]["human_score"]) == (1, 0.6, None)
+    assert exported["review"] | {"judge_mean": round(exported["review"]["judge_mean"], 6)} == {
+        "step": 1, "group": 1, "scenario_id": "s1", "reward_mean": pytest.approx(0.3), "reward_std": pytest.approx(
+            0.2449, abs=1e-4), "judge_mean": 0.6, "skipped": False, "scoring_error": ""}
+
+    # Round trip: what the judging CLI reads back is exactly what was exported, review included.
+    (line,) = read_groups(path)
+    assert line.model_dump(mode="json", exclude_unset=True) == exported
+    assert GroupLine.model_validate(line.model_dump(mode="json", exclude_unset=True)) == line
+    # And the CLI scores it, naming the answers by their labels, the stored reward beside the new score.
+    monkeypatch.setenv("OPENAI_API_KEY", "test")
+    judge_double.queue(JudgeDouble.scores_reply({"1": 0.2, "2": 0.5, "3": 0.8}))
+    code = main(["score", str(path), "--judge-model", judge_double.model, "--api-base", judge_double.api_base,
+                 "--no-cache", "--no-shuffle"])
+    out = capsys.readouterr().out
+    assert code == 0 and "A  0.200  (stored reward 0.000, human 0.000)" in out and "C  0.800  (stored reward" in out

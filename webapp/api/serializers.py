@@ -175,6 +175,8 @@ class TrajectorySummarySerializer(serializers.ModelSerializer):
                   "reward (the judge's score, or its blend with the env reward when the run combines them). "
                   "Whether it reached training: `review.trained_reward`.")
     effective_reward = serializers.FloatField(read_only=True, allow_null=True, help_text="The same as `reward`.")
+    rank = serializers.IntegerField(read_only=True, help_text="1 = the best `reward` in its group: follows human "
+                                                              "scores and reorders, not the judge's order.")
     judge_score = serializers.FloatField(read_only=True, allow_null=True,
                                          help_text="The judge's score, kept as the judge gave it after any override.")
     override_score = serializers.FloatField(read_only=True, allow_null=True,

@@ -59,8 +59,9 @@ def _set(*, user, run: Run, trajectory: Trajectory, after: float | None, kind: s
 def _group_follow_effective(group: TrajectoryGroup) -> None:
     """After a human change: the group's ranks (1 = best, unrewarded last) and its reward mean / std follow
     the effective rewards, the ones its step trains on, instead of staying in the judge's order."""
-    members = sorted(group.trajectories.all(), key=lambda t: (t.effective_reward is None, -(t.effective_reward or 0.0),
-                                                               t.index))
+    # Fresh rows, not a prefetch the caller may hold from before the change.
+    members = sorted(Trajectory.objects.filter(group=group),
+                     key=lambda t: (t.effective_reward is None, -(t.effective_reward or 0.0), t.index))
     for rank, t in enumerate(members, start=1):
         t.rank = rank
     Trajectory.objects.bulk_update(members, ["rank"])
