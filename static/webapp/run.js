@@ -153,6 +153,10 @@
     checkpoint_saved: refreshCheckpoints,
     evaluation: refreshCheckpoints,  // the table's win rates
     run_started: refreshCheckpoints,  // a resume may record the checkpoint a dead worker never reported
+    override: (data) => {  // a person changed human scores (here or in another tab): the card as a reload shows it
+      const card = document.getElementById("group-" + data.group_id);
+      if (card) refreshCard(card);
+    },
   };
   const headerKinds = new Set(["status", "run_started", "run_finished", "run_failed", "review_requested",
                                "review_applied", "step_finished"]);
