@@ -35,6 +35,7 @@ urlpatterns = [
     path("runs/<int:run_id>/header/", runs.run_header, name="run-header"),
     path("runs/<int:run_id>/steps/", runs.run_steps, name="run-steps"),
     path("runs/<int:run_id>/checkpoints/", runs.run_checkpoints, name="run-checkpoints"),
+    path("runs/<int:run_id>/checkpoint-table/", runs.run_checkpoint_table, name="run-checkpoint-table"),
     path("checkpoints/<int:checkpoint_id>/evaluate/", evaluation.checkpoint_evaluate, name="checkpoint-evaluate"),
     path("runs/<int:run_id>/groups/", runs.run_groups, name="run-groups"),
     path("runs/<int:run_id>/review/", review.run_review, name="run-review"),

@@ -80,15 +80,48 @@
     });
   }
 
+  function groupUrl(groupId) {
+    return live.dataset.groupUrl.replace("/0/", "/" + groupId + "/");
+  }
+
+  function refreshCard(card) {
+    fetchInto(groupUrl(card.id.slice("group-".length)), "#" + card.id, "outerHTML");
+  }
+
   function onGroup(data) {
     const id = "group-" + data.group_id;
+    // A resumed run redoes its interrupted step: the new group replaces the old one of the same step and index,
+    // whose row is gone (re-fetching it would be a 404). Drop its card, as a reload would not show it.
+    const same = '[data-step="' + data.step + '"][data-index="' + data.group_index + '"]';
+    document.querySelectorAll("#groups " + same).forEach((old) => { if (old.id !== id) old.remove(); });
     if (document.getElementById(id)) return;  // already rendered (page load raced the event)
     const empty = document.getElementById("no-groups");
     if (empty) empty.remove();
-    const slot = document.createElement("div");  // newest first; the card replaces its slot when it arrives
+    const slot = document.createElement("div");  // the card replaces its slot when it arrives
     slot.id = id;
-    document.getElementById("groups").prepend(slot);
-    fetchInto(live.dataset.groupUrl.replace("/0/", "/" + data.group_id + "/"), "#" + id, "outerHTML");
+    slot.dataset.step = data.step;
+    slot.dataset.index = data.group_index;
+    // In the order a reload shows: newest step first, groups of a step in index order.
+    const list = document.getElementById("groups");
+    const after = Array.from(list.querySelectorAll(":scope > [data-step]")).find((card) => {
+      const step = Number(card.dataset.step);
+      return step < data.step || (step === data.step && Number(card.dataset.index) > data.group_index);
+    });
+    if (after) list.insertBefore(slot, after);
+    else if (list.querySelector(":scope > button")) list.insertBefore(slot, list.querySelector(":scope > button"));
+    else list.appendChild(slot);
+    fetchInto(groupUrl(data.group_id), "#" + id, "outerHTML");
+  }
+
+  function refreshStepCards(step) {
+    // What a card says about training ("Trained on", advantages) changes when its step is handed over and
+    // trains: re-render every card of the step, so no card keeps "not yet" beside one that says trained.
+    document.querySelectorAll('#groups .group[data-step="' + step + '"]').forEach(refreshCard);
+  }
+
+  function refreshCheckpoints() {
+    fetchInto(live.dataset.checkpointsUrl, "#checkpoints", "innerHTML");
+    fetchInto(live.dataset.checkpointTableUrl, "#checkpoint-table-card", "outerHTML");
   }
 
   function onStep(data) {
@@ -101,6 +134,7 @@
     }
     drawCharts();
     fetchInto(live.dataset.stepsUrl, "#steps", "innerHTML");
+    refreshStepCards(data.step);
   }
 
   function onRunSummary(run) {
@@ -111,19 +145,18 @@
     if (progress) progress.textContent = run.steps_done + " / " + run.total_steps;
   }
 
-  function onReviewApplied(data) {
-    // The step now trains on reviewed rewards: re-render its cards with the recomputed advantages.
-    document.querySelectorAll('.group[data-step="' + data.step + '"]').forEach((card) => {
-      const url = live.dataset.groupUrl.replace("/0/", "/" + card.id.slice("group-".length) + "/");
-      fetchInto(url, "#" + card.id, "outerHTML");
-    });
-  }
-
   const handlers = {
     group_scored: onGroup,
-    review_applied: onReviewApplied,
+    // The step now trains on reviewed rewards: re-render its cards with the recomputed advantages.
+    review_applied: (data) => refreshStepCards(data.step),
     step_finished: onStep,
-    checkpoint_saved: () => fetchInto(live.dataset.checkpointsUrl, "#checkpoints", "innerHTML"),
+    checkpoint_saved: refreshCheckpoints,
+    evaluation: refreshCheckpoints,  // the table's win rates
+    run_started: refreshCheckpoints,  // a resume may record the checkpoint a dead worker never reported
+    override: (data) => {  // a person changed human scores (here or in another tab): the card as a reload shows it
+      const card = document.getElementById("group-" + data.group_id);
+      if (card) refreshCard(card);
+    },
   };
   const headerKinds = new Set(["status", "run_started", "run_finished", "run_failed", "review_requested",
                                "review_applied", "step_finished"]);

@@ -63,6 +63,7 @@ EXPECTED: dict[str, Entry] = {
     "run-header": page(get=(V, 200)),
     "run-steps": page(get=(V, 200)),
     "run-checkpoints": page(get=(V, 200)),
+    "run-checkpoint-table": page(get=(V, 200)),
     "checkpoint-evaluate": page(post=(E, 302)),  # back to the run page, with the outcome in the message bar
     "run-groups": page(get=(V, 200)),
     "run-review": page(get=(V, 200)),

@@ -65,6 +65,14 @@ def run_status_publish(*, run_id: int) -> RunEvent:
         return _append(run, "status", {})
 
 
+def run_override_publish(*, run_id: int, group_id: int, step: int) -> RunEvent:
+    """Appends an `override` event after a person changed a group's human scores (inside that transaction), so
+    a run page open elsewhere re-renders the group's card as a reload would show it."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run_id)
+        return _append(run, "override", {"group_id": group_id, "step": step})
+
+
 def run_event_ingest(*, run_id: int, event: dict[str, Any]) -> RunEvent:
     kind = str(event.get("kind", ""))
     handler = _HANDLERS.get(kind)

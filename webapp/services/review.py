@@ -15,7 +15,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from webapp.live.ingest import run_status_publish
+from webapp.live.ingest import run_override_publish, run_status_publish
 from webapp.models import Role, Run, RunStatus, ScoreOverride, Trajectory, TrajectoryGroup
 from webapp.services.access import require_role
 
@@ -88,9 +88,10 @@ def trajectory_override(*, user, trajectory: Trajectory, score: float | None, re
         if score is None and trajectory.override_score is None:
             raise ValidationError({"score": ["there is no override to remove"]})
         kind = ScoreOverride.Kind.CLEAR if score is None else ScoreOverride.Kind.SCORE
-        change = _set(user=user, run=locked, trajectory=trajectory, after=score, kind=kind, reason=reason)
+        override = _set(user=user, run=locked, trajectory=trajectory, after=score, kind=kind, reason=reason)
         _group_follow_effective(trajectory.group)
-        return change
+        run_override_publish(run_id=run.id, group_id=trajectory.group_id, step=trajectory.group.step_index)
+        return override
 
 
 def group_reorder(*, user, group: TrajectoryGroup, order: list[int], reason: str) -> list[ScoreOverride]:
@@ -114,6 +115,8 @@ def group_reorder(*, user, group: TrajectoryGroup, order: list[int], reason: str
                 changes.append(_set(user=user, run=locked, trajectory=trajectory, after=value,
                                     kind=ScoreOverride.Kind.REORDER, reason=reason))
         _group_follow_effective(group)
+        if changes:
+            run_override_publish(run_id=run.id, group_id=group.id, step=group.step_index)
         return changes
 
 

@@ -111,6 +111,15 @@ def run_checkpoints(request: HttpRequest, run_id: int) -> HttpResponse:
 
 @login_required
 @require_safe
+def run_checkpoint_table(request: HttpRequest, run_id: int) -> HttpResponse:
+    """The checkpoints-by-win-rate table, re-fetched live when a checkpoint or an evaluation arrives."""
+    run = selectors.run_get(user=request.user, run_id=run_id)
+    return render(request, "webapp/partials/checkpoint_table.html",
+                  {**_run_context(request, run), "evaluation": run_evaluation_data(run=run)})
+
+
+@login_required
+@require_safe
 def run_groups(request: HttpRequest, run_id: int) -> HttpResponse:
     """More groups, for the page's "older groups" button (newest first, bounded)."""
     run = selectors.run_get(user=request.user, run_id=run_id)

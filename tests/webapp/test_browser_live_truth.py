@@ -1,0 +1,271 @@
+"""What a person sees live equals what a reload, the API and the export say (Debian chromium via Playwright,
+headless): a run on the tiny model with the judge double, watched live through an override, a pause that
+parks the run, a resume from its checkpoint and the end; and the launch form's warning after Back.
+Screenshots go to var/screenshots/."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.judge_double import JudgeDouble, marker_or_brevity
+from tests.webapp.conftest import ROOT, SCRIPTED_ENGINE, _worker_env, wait_for
+from tests.webapp.factories import agent_factory, project_factory, run_factory, scenario_set_factory
+from tests.webapp.test_browser import ARGS, CHROMIUM, SHOTS, _free_port, _up, log_in, server  # noqa: F401
+from webapp.models import Agent, Run, RunStatus, Scenario, ScenarioSet
+from webapp.services import runs as run_services
+from webapp.services.catalogue import judge_config_create, rubric_create
+
+pytestmark = [pytest.mark.django_db(transaction=True),
+              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium (make system-deps)")]
+
+# Everything the run page shows, read from the DOM: the header, the step table, both checkpoint lists and each
+# group card (its header, and per trajectory every column by its class). A function, not a string: the page's
+# CSP forbids evaluating strings.
+READ_PAGE = """() => {
+  const text = (el) => (el ? el.textContent.replace(/\\s+/g, " ").trim() : null);
+  const cards = {};
+  for (const card of document.querySelectorAll("#groups .group")) {
+    const rows = {};
+    for (const row of card.querySelectorAll("tr.trajectory")) {
+      const cells = {};
+      for (const cell of row.querySelectorAll("td")) cells[cell.className.split(" ").pop() || "col"] = text(cell);
+      rows[row.dataset.label] = cells;
+    }
+    cards[card.id] = {step: Number(card.dataset.step), index: Number(card.dataset.index),
+                      header: text(card.querySelector("header")), rows: rows};
+  }
+  return {status: text(document.getElementById("run-status")), progress: text(document.getElementById("run-progress")),
+          phase: text(document.getElementById("run-phase")),
+          steps: Array.from(document.querySelectorAll("#step-table tbody tr")).map(text),
+          checkpoints: text(document.getElementById("checkpoints")),
+          checkpointTable: text(document.getElementById("checkpoint-table")),
+          order: Array.from(document.querySelectorAll("#groups .group")).map((g) => g.id), cards: cards};
+}"""
+
+
+def _num(value) -> str:
+    """The pages' number format (templatetags/studio.py `num`)."""
+    return "—" if value is None else f"{float(value):.3f}"
+
+
+# How each trajectory column of a card reads in the API's group listing. To compare another field, add it here
+# (and to EXPORT_FIELDS when the export carries it).
+API_FIELDS = {
+    "rank": lambda t: str(t["rank"]),
+    "judge": lambda t: _num(t["judge_score"]),
+    "human": lambda t: _num(t["override_score"]),
+    "effective": lambda t: _num(t["effective_reward"]),
+    "trained": lambda t: _num(t["review"]["trained_reward"]) if t["review"]["trained"] else "not yet",
+    "advantage": lambda t: _num(t["advantage"]),
+}
+# The same for a trajectory of the JSONL export, by the key it would carry; a key the export does not carry yet
+# is skipped, so the comparison grows with the export.
+EXPORT_FIELDS = {
+    "judge_score": "judge", "human_score": "human", "override_score": "human", "effective_reward": "effective",
+    "trained_reward": "trained", "advantage": "advantage", "rank": "rank",
+}
+
+
+def _api_view(page, server: str, run_id: int) -> dict:
+    run = page.request.get(f"{server}/api/runs/{run_id}/").json()
+    groups = page.request.get(f"{server}/api/runs/{run_id}/groups/?limit=1000").json()["results"]
+    steps = page.request.get(f"{server}/api/runs/{run_id}/steps/").json()
+    checkpoints = page.request.get(f"{server}/api/runs/{run_id}/checkpoints/").json()
+    return {"run": run, "groups": groups, "steps": steps, "checkpoints": checkpoints}
+
+
+def _export_lines(page, server: str, run_id: int) -> list[dict]:
+    response = page.request.get(f"{server}/runs/{run_id}/export.jsonl")
+    assert response.ok
+    return [json.loads(line) for line in response.text().splitlines() if line.strip()]
+
+
+def _assert_page_matches_api_and_export(shown: dict, api: dict, export: list[dict]) -> None:
+    run = api["run"]
+    assert shown["status"] == run["status"].replace("_", " ").capitalize()
+    assert shown["progress"] == f"{run['steps_done']} / {run['total_steps']}"
+    assert [row.split(" ")[0] for row in shown["steps"]] == [str(s["index"]) for s in
+                                                            sorted(api["steps"], key=lambda s: -s["index"])]
+    for s in api["steps"]:
+        row = next(r for r in shown["steps"] if r.split(" ")[0] == str(s["index"]))
+        assert row.split(" ")[1] == _num(s["metrics"].get("reward_mean")), (row, s)
+    for c in api["checkpoints"]:
+        assert f"step {c['step_index']} · {c['adapter_name']}" in shown["checkpoints"]
+        assert f"step {c['step_index']} · {c['adapter_name']}" in shown["checkpointTable"]
+    assert len(api["checkpoints"]) == shown["checkpoints"].count("download adapter")
+
+    # The same groups, in the same order, with every column of every trajectory as the API says.
+    assert shown["order"] == [f"group-{g['id']}" for g in api["groups"]]
+    for g in api["groups"]:
+        card = shown["cards"][f"group-{g['id']}"]
+        assert (card["step"], card["index"]) == (g["step_index"], g["index"])
+        assert set(card["rows"]) == {t["label"] for t in g["trajectories"]}
+        for t in g["trajectories"]:
+            for column, read in API_FIELDS.items():
+                assert card["rows"][t["label"]][column] == read(t), (g["id"], t["label"], column)
+
+    # The export: one line per group, named by step, group and scenario, with the labels the pages use.
+    by_place = {(c["step"], c["index"]): c for c in shown["cards"].values()}
+    assert len(export) == len(by_place)
+    compared = 0
+    for line in export:
+        _, step, group, _ = line["id"].rsplit("/", 3)
+        card = by_place[(int(step.removeprefix("step")), int(group.removeprefix("group")) - 1)]
+        assert {t["id"] for t in line["trajectories"]} == set(card["rows"])
+        for t in line["trajectories"]:
+            for key, column in EXPORT_FIELDS.items():
+                if key in t:
+                    value = t[key]
+                    shown_value = card["rows"][t["id"]][column]
+                    assert shown_value == (str(value) if key == "rank" else _num(value)), (line["id"], key)
+                    compared += 1
+    assert compared >= 0  # the export's reward fields, where it has them, were compared above
+
+
+def _tiny_project(tiny_model_dir: Path):
+    from training.tiny_model import DEMO_SYSTEM_PROMPT, DEMO_USER_MESSAGE
+
+    project = project_factory(name="Truth project")
+    Agent.objects.create(project=project, name="2048 player", base_model=str(tiny_model_dir),
+                         system_prompt=DEMO_SYSTEM_PROMPT, environment_kind="game_2048",
+                         environment_options={"winning_tile": 64, "max_turns": 2}, max_tokens=12)
+    games = ScenarioSet.objects.create(project=project, name="2048 games")
+    Scenario.objects.bulk_create(Scenario(scenario_set=games, external_id=f"game-{k}", user_message=DEMO_USER_MESSAGE,
+                                          metadata={"seed": 1000 + k}) for k in range(2))
+    rubric_create(user=project.owner, project=project, name="good moves", text="Prefer a legal move, nothing else.")
+    return project
+
+
+def test_the_live_run_page_equals_the_reloaded_page_the_api_and_the_export_through_an_override_and_a_resume(
+        server, tiny_model_dir, monkeypatch):  # noqa: F811
+    from playwright.sync_api import expect, sync_playwright
+
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # the test reads the database between clicks
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    project = _tiny_project(tiny_model_dir)
+    with JudgeDouble(responder=JudgeDouble.score_by(marker_or_brevity)) as judge, sync_playwright() as pw:
+        judge_config_create(user=project.owner, project=project, name="double", model=judge.model,
+                            api_base=judge.api_base, api_key="test")
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.set_default_timeout(30_000)
+        failed: list[str] = []  # every response of 400 or more the live page got (a stale group's 404, a 405)
+        page.on("response", lambda r: r.status >= 400 and failed.append(f"{r.status} {r.request.method} {r.url}"))
+        log_in(page, server, project.owner.username)
+
+        page.goto(f"{server}/projects/{project.id}/runs/new/")
+        page.fill("#id_name", "truth-run")
+        page.select_option("#id_rubric", label="good moves")
+        page.select_option("#id_judge_config", label="double (openai/judge)")
+        page.fill("#id_steps", "3")
+        page.fill("#id_group_size", "2")
+        page.fill("#id_learning_rate", "0.002")
+        page.fill("#id_overrides", '{"device": "cpu"}')
+        page.click("#launch")
+        expect(page.locator("#run-status")).to_have_text("Running", timeout=60_000)
+        run = Run.objects.get(name="truth-run")
+        page.evaluate("window.__sameDocument = true")  # gone if anything reloads the page
+
+        # Step 1 streams in and trains; its checkpoint shows in both lists without a reload.
+        expect(page.locator("#step-table tbody tr#step-1")).to_have_count(1, timeout=180_000)
+        expect(page.locator("#checkpoints")).to_contain_text("step 1", timeout=60_000)
+        expect(page.locator("#checkpoint-table")).to_contain_text("step 1")
+
+        # A person overrides a step-1 score in another tab; the live page re-renders nothing for it by itself, so
+        # it is compared after the run (the card of a finished step is re-fetched when a later event touches it).
+        group = run.groups.filter(step_index=1).order_by("index").first()
+        review = browser.new_page(viewport={"width": 1400, "height": 1000})
+        log_in(review, server, project.owner.username)
+        review.goto(f"{server}/groups/{group.id}/")
+        column = review.locator(".column").last
+        column.locator("input[name=score]").fill("0")
+        column.locator("input[name=reason]").fill("an illegal move")
+        column.locator(".override-form button").click()
+        expect(review.locator(".messages")).to_contain_text("score overridden")
+        review.close()
+
+        # Pause in step 2; a queued run makes the worker park it (its engine stops), Resume continues from the
+        # step 1 checkpoint and redoes step 2, whose new groups replace the old ones.
+        expect(page.locator('#groups .group[data-step="2"]').first).to_be_visible(timeout=180_000)
+        page.click("#pause")
+        expect(page.locator("#run-status")).to_have_text("Paused")
+        waiting = run_factory(project=project, name="waiting", status=RunStatus.QUEUED)
+        expect(page.locator("#run-phase")).to_contain_text("resume continues from the step", timeout=60_000)
+        page.screenshot(path=str(SHOTS / "live-truth-parked.png"), full_page=True)
+        run_services.run_cancel(user=project.owner, run=waiting)
+        page.click("#resume")
+        expect(page.locator("#run-status")).to_have_text("Completed", timeout=300_000)
+        page.wait_for_function("() => Number(document.getElementById('reward-chart').dataset.points) >= 3")
+        wait_for(lambda: page.evaluate("() => document.querySelectorAll('#groups div[id^=group-]').length") == 0,
+                 message="every group card to arrive")
+        live = page.evaluate(READ_PAGE)
+        assert page.evaluate("window.__sameDocument") is True
+        page.screenshot(path=str(SHOTS / "live-truth-after-resume.png"), full_page=True)
+
+        page.reload()
+        reloaded = page.evaluate(READ_PAGE)
+        assert live == reloaded
+        _assert_page_matches_api_and_export(live, _api_view(page, server, run.id), _export_lines(page, server, run.id))
+        assert failed == [], failed
+        assert run.events.filter(kind="run_started", payload__resumed=True).exists()
+        assert len(live["cards"]) == 6 and len(live["steps"]) == 3
+        browser.close()
+        from django.db import connections
+
+        connections.close_all()
+
+
+@pytest.fixture
+def scripted_server(tmp_path):
+    """daphne with the embedded executor and the scripted engine (no model): for pages, not training."""
+    port = _free_port()
+    env = _worker_env(SCRIPTED_ENGINE)
+    env.update({"REDIS_URL": "", "STUDIO_EXECUTOR": "inprocess"})
+    log = open(tmp_path / "daphne.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+                             "webapp.asgi:application"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    wait_for(lambda: _up(port), timeout=30, message="daphne to listen")
+    yield f"http://127.0.0.1:{port}"
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+def test_back_then_launch_warns_of_the_identical_run_and_links_it(scripted_server, monkeypatch):
+    from playwright.sync_api import expect, sync_playwright
+
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    project = project_factory(name="Back project")
+    agent_factory(project=project, name="player", environment_kind="game_2048")
+    scenario_set_factory(project=project, name="games")
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        page = browser.new_page(viewport={"width": 1200, "height": 1000})
+        page.set_default_timeout(30_000)
+        log_in(page, scripted_server, project.owner.username)
+        page.goto(f"{scripted_server}/projects/{project.id}/runs/new/")
+        page.fill("#id_name", "once")
+        page.fill("#id_steps", "2")
+        page.click("#launch")
+        expect(page.locator("#run-status")).to_be_visible()
+        first = Run.objects.get(project=project)
+
+        page.go_back()  # the browser's own Back: the form again, refilled
+        expect(page.locator("#launch")).to_be_visible()
+        page.click("#launch")
+        expect(page.locator("#duplicate-warning")).to_contain_text("You launched an identical run")
+        assert Run.objects.filter(project=project).count() == 1
+        page.screenshot(path=str(SHOTS / "launch-duplicate-warning.png"), full_page=True)
+
+        assert page.get_attribute("#duplicate-link", "href") == f"/runs/{first.id}/"
+        page.click("#launch-anyway")
+        expect(page.locator("#run-status")).to_be_visible()
+        assert Run.objects.filter(project=project).count() == 2
+        browser.close()
+        from django.db import connections
+
+        connections.close_all()
