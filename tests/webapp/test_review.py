@@ -166,14 +166,16 @@ def test_a_group_page_links_its_neighbours_for_keyboard_navigation_and_a_scenari
     assert across.index("old best") < across.index("new best") and "old worst" not in across
 
 
-def test_a_fork_starts_from_the_checkpoint_with_the_changed_rubric(client):
+def test_a_fork_starts_from_the_checkpoint_with_the_changed_rubric(client, judge_double):
     parent = run_factory(status=RunStatus.COMPLETED, review_gate=False)
     project = parent.project
     parent.agent.base_model, parent.agent.system_prompt = "another/model", "A new prompt."  # edited since
     parent.agent.save()
     checkpoint = Checkpoint.objects.create(run=parent, step_index=2, path="/tmp/ckpt/0002", adapter_name="p@2")
     rubric = rubric_factory(project=project, text="Only the context counts.")
-    judge = judge_factory(project=project)
+    judge = judge_factory(project=project, api_base=judge_double.api_base)
+    judge_double.queue({"scores": [{"trajectory_id": "1", "explanation": "right", "score": 1.0},
+                                   {"trajectory_id": "2", "explanation": "wrong", "score": 0.0}]})  # launch's test
     response = _api(project.owner).post(f"/api/runs/{parent.id}/fork/", {
         "step": 2, "name": "fork", "rubric_version": rubric.latest_version.id, "judge_config": judge.id,
         "steps": 3, "review_gate": True}, format="json")
