@@ -77,11 +77,13 @@ def run_visible(*, user, run_id: int) -> bool:
     return True
 
 
-def runs_for_project(*, project: Project) -> QuerySet[Run]:
+def runs_for_project(*, project: Project, search: str = "") -> QuerySet[Run]:
     """For lists: a run's config JSON (every option, prompts, scenarios' settings) stays in the database;
-    `judged` says whether the run scores with a judge, the one thing lists show from it."""
+    `judged` says whether the run scores with a judge, the one thing lists show from it. `search`: a part of
+    the run's name, any case."""
     judged = Q(config__judge__isnull=False) & ~Q(config__judge=None)
-    return (project.runs.select_related("agent", "scenario_set").defer("config", "agent__environment_options")
+    runs = project.runs.filter(name__icontains=search.strip()) if search.strip() else project.runs
+    return (runs.select_related("agent", "scenario_set").defer("config", "agent__environment_options")
             .annotate(judged=ExpressionWrapper(judged, output_field=BooleanField()))
             .order_by("-created_at", "-id"))
 

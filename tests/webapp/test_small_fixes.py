@@ -27,3 +27,61 @@ def test_the_run_settings_count_training_scenarios_without_the_held_out_ones(cli
     html = client.get(f"/runs/{run.id}/").content.decode()
     assert _row(html, "Training scenarios") == "3: s1, s2, s3"
     assert _row(html, "Held-out scenarios") == "1: v1"
+
+
+def test_a_role_change_message_uses_the_right_article(client):
+    from tests.webapp.factories import user_factory
+
+    project = project_factory()
+    alice = user_factory(username="alice")
+    client.force_login(project.owner)
+    page = client.post(f"/projects/{project.id}/members/", {"username": "alice", "role": "editor"}, follow=True)
+    assert "alice is now an editor" in page.content.decode()
+    page = client.post(f"/projects/{project.id}/members/", {"username": alice.username, "role": "viewer"}, follow=True)
+    assert "alice is now a viewer" in page.content.decode()
+
+
+def test_the_invite_page_tells_the_new_member_their_username(client):
+    project = project_factory()
+    client.force_login(project.owner)
+    created = client.post(f"/projects/{project.id}/members/", {"username": "dana", "role": "reviewer",
+                                                                "create": "on"}, follow=True).content.decode()
+    link = re.search(r"http://testserver(/invite/[^/]+/[^/]+/)", created).group(1)
+    client.logout()
+    page = client.get(link, follow=True).content.decode()
+    assert re.search(r'id="invite-username">dana<', page)
+
+
+def test_removing_a_member_asks_for_confirmation_first(client):
+    from tests.webapp.factories import member_factory
+
+    project = project_factory()
+    member = member_factory(project=project)
+    client.force_login(project.owner)
+    html = client.get(f"/projects/{project.id}/").content.decode()
+    form = re.search(rf'<form[^>]*action="/projects/{project.id}/members/{member.id}/remove/"[^>]*>', html)
+    assert form and f'data-confirm="Remove {member.username} from this project?' in form.group(0)
+    assert '/static/webapp/confirm.js' in html  # the script that asks, on every page
+
+
+def test_every_page_links_a_favicon_that_is_served(client):
+    from django.contrib.staticfiles import finders
+
+    project = project_factory()
+    client.force_login(project.owner)
+    html = client.get(f"/projects/{project.id}/").content.decode()
+    link = re.search(r'<link rel="icon"[^>]*href="/static/([^"]+)"', html)
+    assert link and finders.find(link.group(1))
+    assert 'rel="icon"' in client.get("/login/").content.decode()
+
+
+def test_the_runs_list_searches_by_name_and_escapes_the_query(client):
+    project = project_factory()
+    run_factory(project=project, name="refunds-baseline")
+    run_factory(project=project, name="shipping")
+    client.force_login(project.owner)
+    html = client.get(f"/projects/{project.id}/runs/", {"q": "REFUND"}).content.decode()
+    assert "refunds-baseline" in html and "shipping" not in html
+    html = client.get(f"/projects/{project.id}/runs/", {"q": "<b>x</b>"}).content.decode()
+    assert 'value="&lt;b&gt;x&lt;/b&gt;"' in html and "<b>x</b>" not in html
+    assert "No run matches" in html
