@@ -129,14 +129,14 @@ def test_the_review_page_shows_agreement_the_queue_and_the_audit_trail(client):
     tied = _group(run, step=1, index=0, scores=[0.61, 0.6, 0.1])
     _group(run, step=1, index=1, scores=[0.5, 0.5], skipped=True)
     _group(run, step=1, index=2, scores=[0.9, 0.3], judge_meta={"passes": 3, "disagreement": 0.2})
-    _group(run, step=1, index=3, scores=[0.95, 0.2], explanations=["The answer is wrong about refunds.", "meh"])
+    _group(run, step=1, index=3, scores=[0.95, 0.2], explanations=["Faithful.", "Correct and complete."])
     calm = _group(run, step=1, index=4, scores=[0.9, 0.1], explanations=["Faithful and brief.", "Adds a hotline."])
     for t, human in zip(tied, [0.2, 0.9, 0.1]):
         trajectory_override(user=run.project.owner, trajectory=t, score=human, reason="label")
     client.force_login(run.project.owner)
     page = client.get(reverse("run-review", args=[run.id])).content.decode()
     assert "near-tie" in page and "zero variance" in page and "judge passes disagree" in page
-    assert "explanation sounds negative (“wrong”) for a high score 0.95" in page
+    assert "explanation sounds positive (“Correct”) for a low score 0.20" in page
     assert f'href="/groups/{calm[0].group_id}/"' not in page  # nothing to flag there
     assert 'id="agree-pairwise">0.667<' in page  # (1,2) disagree, (1,3) and (2,3) agree
     assert page.count("label only") == 0 and page.count("changed the step's rewards") == 3

@@ -6,7 +6,7 @@ import re
 import pytest
 
 from tests.webapp.factories import project_factory, run_factory, scenario_set_factory
-from webapp.models import Scenario
+from webapp.models import RunStatus, Scenario
 
 pytestmark = pytest.mark.django_db
 
@@ -85,3 +85,14 @@ def test_the_runs_list_searches_by_name_and_escapes_the_query(client):
     html = client.get(f"/projects/{project.id}/runs/", {"q": "<b>x</b>"}).content.decode()
     assert 'value="&lt;b&gt;x&lt;/b&gt;"' in html and "<b>x</b>" not in html
     assert "No run matches" in html
+
+
+def test_a_high_score_explained_by_what_the_others_got_wrong_is_not_queued_for_review(client):
+    from tests.webapp.test_review import _group
+    from webapp.review_selectors import review_queue
+
+    run = run_factory(status=RunStatus.RUNNING)
+    _group(run, step=1, index=0, scores=[0.9, 0.4, 0.1], explanations=[
+        "Unlike B and C, it does not invent a refund window and is not missing the policy link.",
+        "Vague about the window.", "Invents a 90-day window."])
+    assert review_queue(run=run) == []
