@@ -96,3 +96,15 @@ def test_a_high_score_explained_by_what_the_others_got_wrong_is_not_queued_for_r
         "Unlike B and C, it does not invent a refund window and is not missing the policy link.",
         "Vague about the window.", "Invents a 90-day window."])
     assert review_queue(run=run) == []
+
+
+def test_a_retired_scenarios_page_shows_what_the_runs_that_used_it_saw(client):
+    project = project_factory()
+    scenario_set = scenario_set_factory(project=project, scenarios=0)
+    retired = Scenario.objects.create(scenario_set=scenario_set, external_id="s1", retired=True,
+                                      user_message="Can I return <shoes> after 40 days?", reference="No: 30 days.")
+    client.force_login(project.owner)
+    html = client.get(f"/scenarios/{retired.id}/").content.decode()
+    assert 'id="scenario-retired"' in html
+    assert re.search(r'id="scenario-user-message">Can I return &lt;shoes&gt; after 40 days\?<', html)
+    assert "No: 30 days." in html
