@@ -236,7 +236,9 @@ def runs_overlay(*, project: Project, run_ids: Iterable[int], limit: int = 8) ->
         steps = list(run.steps.order_by("index").values_list("index", "metrics"))
         agreement = run_agreement(run=run)["steps"]
         out.append({
-            "id": run.id, "name": run.name, "rubric": str(run.rubric_version) if run.rubric_version else "",
+            # the legend's name: runs may share a name, never an id
+            "id": run.id, "name": run.name, "label": f"{run.name} #{run.id}",
+            "rubric": str(run.rubric_version) if run.rubric_version else "",
             "reward": [{"step": i, "value": (m or {}).get("reward_mean")} for i, m in steps
                        if (m or {}).get("reward_mean") is not None],
             "judge": [{"step": i, "value": (m or {}).get("judge_mean")} for i, m in steps

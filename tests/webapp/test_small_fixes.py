@@ -108,3 +108,18 @@ def test_a_retired_scenarios_page_shows_what_the_runs_that_used_it_saw(client):
     assert 'id="scenario-retired"' in html
     assert re.search(r'id="scenario-user-message">Can I return &lt;shoes&gt; after 40 days\?<', html)
     assert "No: 30 days." in html
+
+
+def test_runs_with_the_same_name_get_distinct_labels_in_the_overlay_legend(client):
+    import json
+
+    project = project_factory()
+    first, second = run_factory(project=project, name="baseline"), run_factory(project=project, name="baseline")
+    client.force_login(project.owner)
+    html = client.get(f"/projects/{project.id}/runs/compare/?run={first.id}&run={second.id}").content.decode()
+    data = json.loads(re.search(r'id="overlay-data" type="application/json">(.*?)</script>', html, re.S).group(1))
+    assert [s["label"] for s in data] == [f"baseline #{first.id}", f"baseline #{second.id}"]
+    from django.contrib.staticfiles import finders
+
+    with open(finders.find("webapp/overlay.js"), encoding="utf-8") as script:
+        assert "name: s.label" in script.read()  # the legend shows the label
