@@ -8,7 +8,11 @@
 
   function draw() {
     if (!window.Plotly) return;
-    const layout = {margin: {t: 10, r: 55, b: 40, l: 50}, height: 300, xaxis: {title: {text: "step"}},
+    // Steps are whole numbers: integer ticks (no 1.5), at most about ten of them.
+    const steps = data.curve.map((p) => p.step).concat(...Object.values(data.monitors).map((s) => s.map((p) => p[0])));
+    const span = steps.length ? Math.max(...steps) - Math.min(...steps) + 1 : 1;
+    const layout = {margin: {t: 10, r: 55, b: 40, l: 50}, height: 300,
+                    xaxis: {title: {text: "step"}, tickformat: "d", tick0: 0, dtick: Math.max(1, Math.ceil(span / 10))},
                     legend: {orientation: "h", y: -0.25}, paper_bgcolor: "rgba(0,0,0,0)"};
     const curve = data.curve;
     if (curve.length) {
@@ -32,6 +36,10 @@
       if (key === "mon_length_chars") trace.yaxis = "y2";
       traces.push(trace);
     }
+    // No monitor value yet: the page's sentence instead of plotly's bare -1..6 axes.
+    document.getElementById("monitor-chart").hidden = !traces.length;
+    document.getElementById("monitor-chart-empty").hidden = traces.length > 0;
+    if (!traces.length) return;
     Plotly.react("monitor-chart", traces, {...layout, yaxis: {title: {text: "rate / score"}},
       yaxis2: {title: {text: "chars"}, overlaying: "y", side: "right"}}, {displayModeBar: false, responsive: true});
   }

@@ -123,3 +123,11 @@ def test_runs_with_the_same_name_get_distinct_labels_in_the_overlay_legend(clien
 
     with open(finders.find("webapp/overlay.js"), encoding="utf-8") as script:
         assert "name: s.label" in script.read()  # the legend shows the label
+
+
+def test_a_run_with_no_step_yet_says_so_instead_of_an_empty_monitor_chart(client):
+    run = run_factory(status=RunStatus.RUNNING)
+    client.force_login(run.project.owner)
+    html = client.get(f"/runs/{run.id}/").content.decode()
+    assert re.search(r'<div id="monitor-chart" class="chart" hidden>', html)
+    assert re.search(r'<p class="muted" id="monitor-chart-empty">The monitors', html)
