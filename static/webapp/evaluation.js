@@ -49,9 +49,25 @@
     points.sort((a, b) => a.step - b.step);
   }
 
+  // "Evaluate now" put a pending note where its button was: the outcome replaces it, and the table's cell.
+  function settle(kind, d) {
+    const pending = document.getElementById("evaluating-" + d.step);
+    const m = d.metrics || {};
+    const rate = typeof m.eval_win_rate === "number" ? Math.round(m.eval_win_rate * 100) + "%" : "—";
+    if (kind === "evaluation") {
+      const cell = document.getElementById("win-rate-" + d.step);
+      if (cell) cell.textContent = rate;
+      if (pending) { pending.className = "done"; pending.textContent = "evaluated: win rate " + rate; }
+    } else if (pending) {
+      pending.className = "error";
+      pending.textContent = "evaluation failed: " + String(d.error || "no reason given").slice(0, 300);
+    }
+  }
+
   // Live: run.js re-dispatches every websocket message of the run as a `studio:run-event`.
   document.addEventListener("studio:run-event", (e) => {
     const {kind, data: d} = e.detail;
+    if (kind === "evaluation" || kind === "evaluation_failed") settle(kind, d);
     if (kind === "evaluation") {
       const m = d.metrics || {};
       byStep(data.curve, {step: d.step, win_rate: m.eval_win_rate ?? null, ci_low: m.eval_ci_low ?? null,
