@@ -93,7 +93,10 @@ def scenario_default_pair(*, run: Run, scenario_id: str) -> list[int]:
 # Deliberately simple, documented heuristics (docs/webapp.md), each a reason shown to the reviewer:
 DISAGREEMENT_MIN = 0.1  # mean std of a trajectory's score across judge passes
 NEAR_TIE_GAP = 0.05  # two distinct trajectories scored this close: the ranking is a coin flip
-HIGH, LOW = 0.7, 0.3  # an explanation "contradicts" a score at or beyond these
+LOW = 0.3  # an explanation "contradicts" a score at or below this
+# A high score explained with negative words is not flagged: judges explain the best answer by what the others
+# got wrong ("unlike B, it does not invent a window"), so that rule flagged nearly every group; no labelled data
+# supports it. NEGATIVE only keeps a mixed explanation from counting as praise.
 NEGATIVE = re.compile(r"\b(incorrect|wrong|fails?|failed|invalid|illegal|irrelevant|hallucinat\w*|unfaithful|"
                       r"inaccurate|missing|does not|doesn't|did not|didn't|no answer)\b", re.I)
 POSITIVE = re.compile(r"\b(correct|excellent|perfect|faithful|accurate|complete|best|great)\b", re.I)
@@ -103,8 +106,6 @@ def _contradiction(t: Trajectory) -> str | None:
     score, text = t.judge_score, t.explanation or ""
     if score is None or not text:
         return None
-    if score >= HIGH and NEGATIVE.search(text):
-        return f"explanation sounds negative (“{NEGATIVE.search(text).group(0)}”) for a high score {score:.2f}"
     if score <= LOW and POSITIVE.search(text) and not NEGATIVE.search(text):
         return f"explanation sounds positive (“{POSITIVE.search(text).group(0)}”) for a low score {score:.2f}"
     return None
@@ -236,7 +237,9 @@ def runs_overlay(*, project: Project, run_ids: Iterable[int], limit: int = 8) ->
         steps = list(run.steps.order_by("index").values_list("index", "metrics"))
         agreement = run_agreement(run=run)["steps"]
         out.append({
-            "id": run.id, "name": run.name, "rubric": str(run.rubric_version) if run.rubric_version else "",
+            # the legend's name: runs may share a name, never an id
+            "id": run.id, "name": run.name, "label": f"{run.name} #{run.id}",
+            "rubric": str(run.rubric_version) if run.rubric_version else "",
             "reward": [{"step": i, "value": (m or {}).get("reward_mean")} for i, m in steps
                        if (m or {}).get("reward_mean") is not None],
             "judge": [{"step": i, "value": (m or {}).get("judge_mean")} for i, m in steps

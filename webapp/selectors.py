@@ -77,11 +77,13 @@ def run_visible(*, user, run_id: int) -> bool:
     return True
 
 
-def runs_for_project(*, project: Project) -> QuerySet[Run]:
+def runs_for_project(*, project: Project, search: str = "") -> QuerySet[Run]:
     """For lists: a run's config JSON (every option, prompts, scenarios' settings) stays in the database;
-    `judged` says whether the run scores with a judge, the one thing lists show from it."""
+    `judged` says whether the run scores with a judge, the one thing lists show from it. `search`: a part of
+    the run's name, any case."""
     judged = Q(config__judge__isnull=False) & ~Q(config__judge=None)
-    return (project.runs.select_related("agent", "scenario_set").defer("config", "agent__environment_options")
+    runs = project.runs.filter(name__icontains=search.strip()) if search.strip() else project.runs
+    return (runs.select_related("agent", "scenario_set").defer("config", "agent__environment_options")
             .annotate(judged=ExpressionWrapper(judged, output_field=BooleanField()))
             .order_by("-created_at", "-id"))
 
@@ -199,13 +201,32 @@ def _fork_origin(run: Run) -> str:
     return f"the checkpoint of {parent}{step}"
 
 
+def _scenario_split(config: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """The ids the run trains on and those it holds out for evaluation, split as the engine splits them."""
+    from training.checks import split_for_run
+    from training.config import parse_run_config
+    from training.errors import TrainingError
+    from training.scenarios import load_scenarios
+
+    try:
+        parsed = parse_run_config(config)
+        train, held_out = split_for_run(parsed, load_scenarios(parsed))
+    except TrainingError:  # a config the engine no longer reads: show its scenarios as stored
+        return [str(s.get("id")) for s in config.get("scenarios") or []], []
+    return [s.id for s in train], [s.id for s in held_out]
+
+
+def _id_list(ids: list[str]) -> str:
+    return f"{len(ids)}: " + ", ".join(ids[:10]) + (" …" if len(ids) > 10 else "")
+
+
 def run_settings(*, run: Run) -> list[dict[str, Any]]:
     """Every setting the run actually used, read from its frozen config (DESIGN §8 invariant 1): editing the
     agent, judge or rubric afterwards changes none of this. Sections of (label, value) rows."""
     c = run.config or {}
     grpo, sampling, lora, judge = c.get("grpo") or {}, c.get("sampling") or {}, c.get("lora") or {}, c.get("judge")
     env = c.get("environment") or {}
-    scenarios = c.get("scenarios") or []
+    scenarios, held_out = _scenario_split(c)
     sections = [
         {"title": "Model", "rows": [
             ("Agent", f"{run.agent.name} v{run.agent_version}"), ("Base model", c.get("base_model")), ("System prompt", c.get("system_prompt") or "(none)"),
@@ -221,8 +242,7 @@ def run_settings(*, run: Run) -> list[dict[str, Any]]:
             ("Started from", c.get("init_checkpoint") and _fork_origin(run))]},
         {"title": "Scenarios", "rows": [
             ("Scenario set", f"{run.scenario_set.name} (as at launch)"),
-            ("Training scenarios", f"{len(scenarios)}: " + ", ".join(str(s.get("id")) for s in scenarios[:10])
-             + (" …" if len(scenarios) > 10 else ""))]},
+            ("Training scenarios", _id_list(scenarios)), ("Held-out scenarios", held_out and _id_list(held_out))]},
     ]
     if judge:
         sections.append({"title": "Judge", "rows": [

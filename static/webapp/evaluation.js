@@ -8,7 +8,11 @@
 
   function draw() {
     if (!window.Plotly) return;
-    const layout = {margin: {t: 10, r: 55, b: 40, l: 50}, height: 300, xaxis: {title: {text: "step"}},
+    // Steps are whole numbers: integer ticks (no 1.5), at most about ten of them.
+    const steps = data.curve.map((p) => p.step).concat(...Object.values(data.monitors).map((s) => s.map((p) => p[0])));
+    const span = steps.length ? Math.max(...steps) - Math.min(...steps) + 1 : 1;
+    const layout = {margin: {t: 10, r: 55, b: 40, l: 50}, height: 300,
+                    xaxis: {title: {text: "step"}, tickformat: "d", tick0: 0, dtick: Math.max(1, Math.ceil(span / 10))},
                     legend: {orientation: "h", y: -0.25}, paper_bgcolor: "rgba(0,0,0,0)"};
     const curve = data.curve;
     if (curve.length) {
@@ -35,6 +39,10 @@
       if (key === "mon_length_chars") trace.yaxis = "y2";
       traces.push(trace);
     }
+    // No monitor value yet: the page's sentence instead of plotly's bare -1..6 axes.
+    document.getElementById("monitor-chart").hidden = !traces.length;
+    document.getElementById("monitor-chart-empty").hidden = traces.length > 0;
+    if (!traces.length) return;
     Plotly.react("monitor-chart", traces, {...layout, yaxis: {title: {text: "rate / score"}},
       yaxis2: {title: {text: "chars"}, overlaying: "y", side: "right"}}, {displayModeBar: false, responsive: true});
   }
@@ -44,9 +52,25 @@
     points.sort((a, b) => a.step - b.step);
   }
 
+  // "Evaluate now" put a pending note where its button was: the outcome replaces it, and the table's cell.
+  function settle(kind, d) {
+    const pending = document.getElementById("evaluating-" + d.step);
+    const m = d.metrics || {};
+    const rate = typeof m.eval_win_rate === "number" ? Math.round(m.eval_win_rate * 100) + "%" : "—";
+    if (kind === "evaluation") {
+      const cell = document.getElementById("win-rate-" + d.step);
+      if (cell) cell.textContent = rate;
+      if (pending) { pending.className = "done"; pending.textContent = "evaluated: win rate " + rate; }
+    } else if (pending) {
+      pending.className = "error";
+      pending.textContent = "evaluation failed: " + String(d.error || "no reason given").slice(0, 300);
+    }
+  }
+
   // Live: run.js re-dispatches every websocket message of the run as a `studio:run-event`.
   document.addEventListener("studio:run-event", (e) => {
     const {kind, data: d} = e.detail;
+    if (kind === "evaluation" || kind === "evaluation_failed") settle(kind, d);
     if (kind === "evaluation") {
       const m = d.metrics || {};
       byStep(data.curve, {step: d.step, win_rate: m.eval_win_rate ?? null, ci_low: m.eval_ci_low ?? null,

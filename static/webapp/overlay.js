@@ -8,7 +8,7 @@
     xaxis: {title: {text: "step"}, tickformat: "d", dtick: 1, rangemode: "tozero"},  // steps are whole numbers
     yaxis: {title: {text: title}, range: [0, 1.05]}});
   const line = (s, key, suffix) => ({x: s[key].map(p => p.step), y: s[key].map(p => p.value), mode: "lines+markers",
-    name: s.name + (s.rubric ? " · " + s.rubric : "") + suffix});
+    name: s.label + (s.rubric ? " · " + s.rubric : "") + suffix});
   const draw = (id, key, title) => {
     const traces = series.filter(s => s[key].length).map(s => line(s, key, ""));
     const box = document.getElementById(id);

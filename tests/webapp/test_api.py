@@ -11,7 +11,7 @@ from webapp.models import Run
 pytestmark = pytest.mark.django_db
 
 
-def test_a_token_holder_builds_the_catalogue_and_launches_a_run_through_the_api():
+def test_a_token_holder_builds_the_catalogue_and_launches_a_run_through_the_api(judge_double):
     user = user_factory()
     api = APIClient()
     token = api.post("/api/token/", {"username": user.username, "password": PASSWORD}).json()["token"]
@@ -27,7 +27,10 @@ def test_a_token_holder_builds_the_catalogue_and_launches_a_run_through_the_api(
     rubric = api.post("/api/rubrics/", {"project": project["id"], "name": "r", "text": "Be faithful.",
                                         "criteria": [{"name": "faithful", "weight": 2}]}, format="json").json()
     judge = api.post("/api/judge-configs/", {"project": project["id"], "name": "j", "model": "openai/judge",
-                                             "api_key": "sk-secret"}, format="json").json()
+                                             "api_base": judge_double.api_base, "api_key": "sk-secret"},
+                     format="json").json()
+    judge_double.queue({"scores": [{"trajectory_id": "1", "explanation": "right", "score": 1.0},
+                                   {"trajectory_id": "2", "explanation": "wrong", "score": 0.0}]})  # launch's test
     assert "api_key" not in judge and judge["has_stored_key"] is True
     run = api.post("/api/runs/", {"project": project["id"], "name": "api run", "agent": agent["id"],
                                   "scenario_set": scenario_set["id"], "rubric_version": rubric["versions"][0]["id"],

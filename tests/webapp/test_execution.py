@@ -22,7 +22,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def _launch(*, steps: int = 2, phase_s: float = 0.0, project=None, **overrides) -> Run:
     project = project or project_factory()
-    agent = agent_factory(project=project, environment_options={"phase_s": phase_s} if phase_s else {})
+    # exact_match: the agent scores itself, so the run needs no judge
+    options = {"exact_match": True, **({"phase_s": phase_s} if phase_s else {})}
+    agent = agent_factory(project=project, environment_options=options)
     return run_services.run_launch(
         user=project.owner, project=project, name="exec test", agent=agent,
         scenario_set=scenario_set_factory(project=project), steps=steps, group_size=2, groups_per_step=2,

@@ -2,6 +2,7 @@
 execute. Errors sit beside the field on the form (no traceback) and come back as a 400 from the API."""
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 from django.urls import reverse
 from rest_framework.test import APIClient
 
+from studio.key_policy import parse_key_policy
 from tests.webapp.factories import agent_factory, judge_factory, project_factory, run_factory, scenario_set_factory
 from webapp.execution.runner import run_execute
 from webapp.models import Run, RunStatus
@@ -67,7 +69,8 @@ def test_max_tokens_beyond_the_models_context_is_refused_and_within_it_launches(
     response = editor.post(reverse("run-launch", args=[editor.project.id]), _form(editor.project, too_long))
     assert response.status_code == 400
     assert "sampling.max_tokens 5000 is more than base model" in _field_errors(response.content.decode(), "agent")
-    fits = agent_factory(project=editor.project, base_model=str(tiny_model_dir), max_tokens=64)
+    fits = agent_factory(project=editor.project, base_model=str(tiny_model_dir), max_tokens=64,
+                         environment_options={"exact_match": True})  # a reward of its own: no judge needed
     assert editor.post(reverse("run-launch", args=[editor.project.id]),
                        _form(editor.project, fits, name="fits")).status_code == 302
     assert list(Run.objects.values_list("name", flat=True)) == ["fits"]
@@ -88,11 +91,17 @@ def test_the_api_answers_an_uncached_hub_id_with_400_and_the_message(model_check
     assert Run.objects.count() == 0
 
 
-def test_the_embedded_executor_needs_the_judges_key_variable_in_its_own_environment(editor, settings, monkeypatch):
+def test_the_embedded_executor_needs_the_judges_key_variable_in_its_own_environment(editor, settings, monkeypatch,
+                                                                                    judge_double):
     settings.STUDIO_EXECUTOR = "inprocess"
+    policy = json.dumps({ABSENT_KEY: [judge_double.api_base]})
+    monkeypatch.setenv("STUDIO_JUDGE_KEY_ENDPOINTS", policy)
+    settings.STUDIO_JUDGE_KEY_ENDPOINTS = parse_key_policy(policy)
     monkeypatch.delenv(ABSENT_KEY, raising=False)
+    judge_double.queue({"scores": [{"trajectory_id": "1", "explanation": "right", "score": 1.0},
+                                   {"trajectory_id": "2", "explanation": "wrong", "score": 0.0}]})  # launch's test
     project = editor.project
-    judge = judge_factory(project=project, api_key_env=ABSENT_KEY)
+    judge = judge_factory(project=project, api_key_env=ABSENT_KEY, api_base=judge_double.api_base)
     form = _form(project, agent_factory(project=project), judge_config=judge.id)
     response = editor.post(reverse("run-launch", args=[project.id]), form)
     assert response.status_code == 400

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _launch(project, **options) -> Run:
-    agent = agent_factory(project=project, environment_options=options)
+    agent = agent_factory(project=project, environment_options={"exact_match": True, **options})  # no judge needed
     return run_services.run_launch(
         user=project.owner, project=project, name="monitored", agent=agent,
         scenario_set=scenario_set_factory(project=project), steps=4, group_size=2, groups_per_step=1,

@@ -129,14 +129,14 @@ def test_the_review_page_shows_agreement_the_queue_and_the_audit_trail(client):
     tied = _group(run, step=1, index=0, scores=[0.61, 0.6, 0.1])
     _group(run, step=1, index=1, scores=[0.5, 0.5], skipped=True)
     _group(run, step=1, index=2, scores=[0.9, 0.3], judge_meta={"passes": 3, "disagreement": 0.2})
-    _group(run, step=1, index=3, scores=[0.95, 0.2], explanations=["The answer is wrong about refunds.", "meh"])
+    _group(run, step=1, index=3, scores=[0.95, 0.2], explanations=["Faithful.", "Correct and complete."])
     calm = _group(run, step=1, index=4, scores=[0.9, 0.1], explanations=["Faithful and brief.", "Adds a hotline."])
     for t, human in zip(tied, [0.2, 0.9, 0.1]):
         trajectory_override(user=run.project.owner, trajectory=t, score=human, reason="label")
     client.force_login(run.project.owner)
     page = client.get(reverse("run-review", args=[run.id])).content.decode()
     assert "near-tie" in page and "zero variance" in page and "judge passes disagree" in page
-    assert "explanation sounds negative (“wrong”) for a high score 0.95" in page
+    assert "explanation sounds positive (“Correct”) for a low score 0.20" in page
     assert f'href="/groups/{calm[0].group_id}/"' not in page  # nothing to flag there
     assert 'id="agree-pairwise">0.667<' in page  # (1,2) disagree, (1,3) and (2,3) agree
     assert page.count("label only") == 0 and page.count("changed the step's rewards") == 3
@@ -166,14 +166,16 @@ def test_a_group_page_links_its_neighbours_for_keyboard_navigation_and_a_scenari
     assert across.index("old best") < across.index("new best") and "old worst" not in across
 
 
-def test_a_fork_starts_from_the_checkpoint_with_the_changed_rubric(client):
+def test_a_fork_starts_from_the_checkpoint_with_the_changed_rubric(client, judge_double):
     parent = run_factory(status=RunStatus.COMPLETED, review_gate=False)
     project = parent.project
     parent.agent.base_model, parent.agent.system_prompt = "another/model", "A new prompt."  # edited since
     parent.agent.save()
     checkpoint = Checkpoint.objects.create(run=parent, step_index=2, path="/tmp/ckpt/0002", adapter_name="p@2")
     rubric = rubric_factory(project=project, text="Only the context counts.")
-    judge = judge_factory(project=project)
+    judge = judge_factory(project=project, api_base=judge_double.api_base)
+    judge_double.queue({"scores": [{"trajectory_id": "1", "explanation": "right", "score": 1.0},
+                                   {"trajectory_id": "2", "explanation": "wrong", "score": 0.0}]})  # launch's test
     response = _api(project.owner).post(f"/api/runs/{parent.id}/fork/", {
         "step": 2, "name": "fork", "rubric_version": rubric.latest_version.id, "judge_config": judge.id,
         "steps": 3, "review_gate": True}, format="json")

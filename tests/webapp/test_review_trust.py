@@ -369,14 +369,14 @@ def test_the_review_queue_ranks_groups_by_the_value_of_a_look_and_says_why(clien
     run_review_rewards(run_id=run.id, step=1)
     _group(run, step=2, index=0, scores=[0.50, 0.49, 0.1])
     contradicted = _group(run, step=2, index=1, scores=[0.9, 0.5, 0.1],
-                          explanations=["Wrong: invents a refund window.", "", ""])
+                          explanations=["", "", "Correct: cites the refund window."])
     _group(run, step=2, index=2, scores=[0.9, 0.5, 0.1])  # nothing suspicious: not in the queue
     queue = _api(run.project.owner).get(f"/api/runs/{run.id}/review-queue/").json()["results"]
     order = [(q["step"], q["group_index"]) for q in queue]
     assert order == [(2, 1), (2, 0), (1, 0)]
     values = [q["value"] for q in queue]
     assert values == sorted(values, reverse=True) and values[1] == pytest.approx(2 * values[2])
-    assert queue[0]["reasons"][0].startswith("answer A: explanation sounds negative")
+    assert queue[0]["reasons"][0].startswith("answer C: explanation sounds positive")
     html = _login(client, run.project.owner).get(f"/runs/{run.id}/review/").content.decode()
     rows = html.split('id="review-queue"')[1].split("</table>")[0]
     assert rows.index(f"/groups/{contradicted[0].group_id}/") < rows.index("near-tie")
@@ -540,7 +540,8 @@ def test_the_api_launch_takes_an_idempotency_key(client):
     from tests.webapp.factories import scenario_set_factory
 
     project = project_factory()
-    body = {"project": project.id, "name": "api-once", "agent": agent_factory(project=project).id,
+    agent = agent_factory(project=project, environment_options={"exact_match": True})  # needs no judge
+    body = {"project": project.id, "name": "api-once", "agent": agent.id,
             "scenario_set": scenario_set_factory(project=project).id, "steps": 1, "launch_token": "k-123"}
     api = _api(project.owner)
     first, again = api.post("/api/runs/", body, format="json"), api.post("/api/runs/", body, format="json")

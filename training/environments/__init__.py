@@ -33,6 +33,13 @@ def get_environment(name: str) -> Environment:
     return _REGISTRY[name]()
 
 
+def needs_judge(name: str, options: dict) -> bool:
+    """True when the environment says its rollouts carry no reward of their own with these options."""
+    _load_builtins()
+    cls = _REGISTRY.get(name)
+    return cls is not None and cls.has_own_reward(options) is False
+
+
 def environment_names() -> list[str]:
     _load_builtins()
     return sorted(_REGISTRY)
@@ -46,4 +53,4 @@ def parse_options(env: Environment, options: dict) -> object:
         raise TrainingError(f"invalid options for environment {env.name!r}: {problems}") from None
 
 
-__all__ = ["Environment", "RolloutConfig", "register", "get_environment", "environment_names", "parse_options"]
+__all__ = ["Environment", "RolloutConfig", "register", "get_environment", "needs_judge", "environment_names", "parse_options"]

@@ -34,6 +34,12 @@ class Environment:
     async def rollout(self, client: Any, model: str, scenario: Scenario, config: RolloutConfig) -> Trajectory:
         raise NotImplementedError
 
+    @classmethod
+    def has_own_reward(cls, options: dict[str, Any]) -> bool | None:
+        """Whether rollouts with these options set `env_reward`, so a run can train without a judge; None when
+        the environment does not say (a launch then cannot refuse a run that has no judge)."""
+        return None
+
 
 def opening_messages(scenario: Scenario, system_prompt: str) -> list[Message]:
     messages: list[Message] = []

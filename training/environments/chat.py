@@ -23,6 +23,10 @@ class ChatOptions(BaseModel):
 class ChatEnvironment(Environment):
     Options = ChatOptions
 
+    @classmethod
+    def has_own_reward(cls, options: dict[str, Any]) -> bool | None:
+        return bool(options.get("exact_match"))
+
     async def rollout(self, client: Any, model: str, scenario: Scenario, config: RolloutConfig) -> Trajectory:
         options: ChatOptions = config.options  # type: ignore[assignment]
         follow_ups = list(scenario.metadata.get("follow_ups", options.follow_ups))

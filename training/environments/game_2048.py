@@ -41,6 +41,10 @@ def game_reward(valid_moves: int, top_tile: int, options: Game2048Options) -> fl
 class Game2048Environment(Environment):
     Options = Game2048Options
 
+    @classmethod
+    def has_own_reward(cls, options: dict[str, Any]) -> bool | None:
+        return True
+
     async def rollout(self, client: Any, model: str, scenario: Scenario, config: RolloutConfig) -> Trajectory:
         options: Game2048Options = config.options  # type: ignore[assignment]
         seed = scenario.metadata.get("seed", zlib.crc32(scenario.id.encode()))

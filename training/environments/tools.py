@@ -124,6 +124,10 @@ def call_tool(tool: Tool, arguments: str, scenario: Scenario) -> str:
 class ToolsEnvironment(Environment):
     Options = ToolsOptions
 
+    @classmethod
+    def has_own_reward(cls, options: dict[str, Any]) -> bool | None:
+        return False
+
     async def rollout(self, client: Any, model: str, scenario: Scenario, config: RolloutConfig) -> Trajectory:
         options: ToolsOptions = config.options  # type: ignore[assignment]
         tools = {t.name: t for t in resolve_tools(options)}

@@ -152,7 +152,13 @@ def judge_key_problem(*, judge: JudgeConfig | None, environ: Mapping[str, str], 
 def run_launch_check(*, config: dict[str, Any], judge: JudgeConfig | None) -> None:
     """The launch's checks of what a worker will need; raises ValidationError beside the field to change.
     With the embedded executor this process is the worker, so its own environment is the one to check."""
+    from training.environments import needs_judge
+
     errors: dict[str, list[str]] = {}
+    environment = config.get("environment") or {}
+    if judge is None and needs_judge(environment.get("kind", ""), environment.get("options") or {}):
+        errors["judge_config"] = [f"this agent's environment ({environment.get('kind')}) gives its answers no "
+                                  "reward of its own: choose a judge to score them"]
     if settings.STUDIO_MODEL_CHECK == "launch" and (problems := run_model_problems(config=config)):
         errors["agent"] = problems
     if settings.STUDIO_EXECUTOR == "inprocess" and (problem := judge_key_problem(

@@ -20,6 +20,7 @@ from webapp.live.ingest import run_status_publish
 from webapp.models import Agent, Checkpoint, JudgeConfig, Project, Role, RubricVersion, Run, RunStatus, ScenarioSet
 from webapp.models.runs import ACTIVE_STATUSES
 from webapp.services.access import require_role
+from webapp.services.judge_probe import judge_config_reachable_check
 from webapp.services.run_config import deep_merge, run_config_build, run_launch_check
 
 log = logging.getLogger(__name__)
@@ -96,6 +97,8 @@ def run_launch(*, user, project: Project, name: str, agent: Agent, scenario_set:
                                                        review_gate=review_gate,
                                                        parent_checkpoint=parent_checkpoint)) is not None:
         raise DuplicateLaunch(twin)
+    if judge_config is not None:  # last: the other checks cost nothing
+        judge_config_reachable_check(user=user, judge=judge_config)
     try:
         with transaction.atomic():
             run = Run.objects.create(

@@ -61,3 +61,11 @@ def label(index: Any) -> str:
     from webapp.models.runs import trajectory_label
 
     return trajectory_label(int(index))
+
+
+@register.filter
+def user_error(raw: Any) -> Any:
+    """An error as people read it: what happened, what to do, the original folded (webapp/user_errors.py)."""
+    from webapp.user_errors import user_error as explain
+
+    return explain(raw)

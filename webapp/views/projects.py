@@ -64,7 +64,8 @@ def project_member_add(request: HttpRequest, project_id: int) -> HttpResponse:
                                           f"them this one-time link to set a password: "
                                           f"{request.build_absolute_uri(invite)}")
             else:
-                messages.success(request, f"{membership.user.username} is now a {membership.role}")
+                article = "an" if membership.role[:1] in "aeiou" else "a"
+                messages.success(request, f"{membership.user.username} is now {article} {membership.role}")
             return redirect("project-detail", project_id=project.id)
     return _project_page(request, project_id, member_form=form, status=400)
 

@@ -28,7 +28,9 @@ STEP_ROWS = 100  # the step table's newest rows; rendering thousands would cost 
 def run_list(request: HttpRequest, project_id: int) -> HttpResponse:
     project = selectors.project_get(user=request.user, project_id=project_id)
     template = "webapp/partials/run_rows.html" if getattr(request, "htmx", False) else "webapp/run_list.html"
-    return render(request, template, {"project": project, "runs": selectors.runs_for_project(project=project)[:200]})
+    q = request.GET.get("q", "")[:100]
+    return render(request, template, {"project": project, "q": q,
+                                      "runs": selectors.runs_for_project(project=project, search=q)[:200]})
 
 
 @login_required

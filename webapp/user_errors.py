@@ -1,0 +1,73 @@
+"""What a person reads when something failed: the engine's, the judge's and litellm's messages are written for
+developers ("TrainingError … litellm.InternalServerError … OpenAIException"). Every page that shows an error
+passes it through `user_error`, which says what happened and what to do in the pages' words; the original text
+stays available, folded, as the technical details. The one place that maps errors to user text.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class UserError:
+    what: str  # what happened, one sentence
+    todo: str  # what to do about it ("" when the sentence says it already)
+    details: str  # the original text, for the folded technical details ("" when nothing more to show)
+
+
+# First match wins, so the specific rules come before the general ones. Matched against the whole raw text.
+_RULES: list[tuple[re.Pattern[str], str, str]] = [(re.compile(p, re.I | re.S), what, todo) for p, what, todo in [
+    (r"has no env reward|needs a judge",
+     "This agent's answers have no reward of their own, and the run has no judge to score them.",
+     "Launch the run again with a judge chosen in the form (or give the agent an environment with its own reward)."),
+    (r"AuthenticationError|rejected the credentials|\b401\b.*(unauthori[sz]ed|api key)",
+     "The judge's API refused its key.",
+     "Fix the key (or the environment variable that holds it) on the judge's page, use Test judge there, then "
+     "try again."),
+    (r"NotFoundError|does not know this model",
+     "The judge's API does not know this model or address.",
+     "Check the judge's model name and API base URL on its page, use Test judge there, then try again."),
+    (r"did not reply with usable scenarios",
+     "The judge's model did not send back scenarios in the form this page needs.",
+     "Try again, or choose a judge whose model supports structured (JSON) replies."),
+    (r"gave no usable reply|ReplyProblem",
+     "The judge answered, but its replies could not be read as scores.",
+     "Choose a stronger judge model, or one that supports structured (JSON) replies; Test judge on the judge's "
+     "page shows a sample reply."),
+    (r"BadRequestError|rejected the request",
+     "The judge's API rejected the request.",
+     "Check the judge's model name and settings on its page; the model must support structured (JSON) replies."),
+    (r"persisted after \d+ retr|InternalServerError|ServiceUnavailable|BadGateway|APIConnectionError|"
+     r"RateLimitError|Timeout|Connection refused",
+     "The judge's API could not be reached or kept failing (server error, timeout or rate limit).",
+     "Check that the judge's server is up and its API base URL is right (Test judge on the judge's page), then "
+     "try again; a failed run resumes from its last checkpoint."),
+    (r"rollouts failed",
+     "The agent's model failed to answer too many scenarios.",
+     "Read the technical details for the first failure; a failed run resumes from its last checkpoint."),
+    (r"out of memory|OutOfMemoryError",
+     "The machine ran out of memory.",
+     "Lower the group size, the groups per step or the agent's max tokens, then resume."),
+]]
+
+# Signs that a text was written for a developer: exception class names, library names, pydantic's links.
+_DEVELOPER = re.compile(r"\b\w+(Error|Exception)\b|litellm|pydantic|Traceback|validation error for|\{'|\[type=",
+                        re.S)
+
+
+def user_error(raw: object) -> UserError:
+    """`raw`: an exception or its text. A text that already reads as a sentence for people is kept as it is
+    (its first line shown, the rest folded)."""
+    text = str(raw or "").strip()
+    if not text:
+        return UserError("", "", "")
+    for pattern, what, todo in _RULES:
+        if pattern.search(text):
+            return UserError(what, todo, text)
+    first, _, rest = text.partition("\n")
+    if not _DEVELOPER.search(first):
+        return UserError(first, "", text if rest.strip() else "")
+    return UserError("Something failed that this page cannot explain.",
+                     "The technical details below say what; if they do not help, ask whoever runs this server.",
+                     text)
