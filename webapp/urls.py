@@ -54,6 +54,6 @@ urlpatterns = [
     path("trajectories/<int:trajectory_id>/", runs.trajectory_detail, name="trajectory-detail"),
     path("checkpoints/<int:checkpoint_id>/download/", runs.checkpoint_download, name="checkpoint-download"),
     path("account/api-token/", account.api_token, name="api-token"),
-    path("docs/", RedirectView.as_view(pattern_name="api:api-docs"), name="docs"),
+    path("docs/", RedirectView.as_view(pattern_name="api:api-docs", http_method_names=["get", "head"]), name="docs"),
     path("api/", include("webapp.api.urls")),
 ]
