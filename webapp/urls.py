@@ -2,9 +2,10 @@ from __future__ import annotations
 
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
+from django.views.generic import RedirectView
 
 from webapp.ratelimit import LoginView
-from webapp.views import catalogue, evaluation, judge_check, projects, review, runs, scenario_generator
+from webapp.views import account, catalogue, evaluation, judge_check, projects, review, runs, scenario_generator
 
 urlpatterns = [
     path("login/", LoginView.as_view(), name="login"),
@@ -53,5 +54,7 @@ urlpatterns = [
     path("playground/<int:rescore_id>/save/", review.playground_save, name="playground-save"),
     path("trajectories/<int:trajectory_id>/", runs.trajectory_detail, name="trajectory-detail"),
     path("checkpoints/<int:checkpoint_id>/download/", runs.checkpoint_download, name="checkpoint-download"),
+    path("account/api-token/", account.api_token, name="api-token"),
+    path("docs/", RedirectView.as_view(pattern_name="api:api-docs", http_method_names=["get", "head"]), name="docs"),
     path("api/", include("webapp.api.urls")),
 ]

@@ -52,3 +52,56 @@ def test_the_openapi_schema_describes_runs_and_their_controls():
     for path in ["/api/runs/", "/api/runs/{id}/pause/", "/api/runs/{id}/groups/", "/api/trajectories/{id}/",
                  "/api/scenario-sets/{id}/upload/", "/api/judge-configs/"]:
         assert path in schema["paths"], path
+
+
+def _owner_api(run):
+    api = APIClient()
+    api.force_authenticate(run.project.owner)
+    return api
+
+
+def test_every_nested_list_is_paginated_like_the_top_level_lists_and_the_schema_says_so():
+    from tests.webapp.factories import run_factory
+    from webapp.models import Checkpoint, Step
+
+    run = run_factory()
+    for i in range(3):
+        Step.objects.create(run=run, index=i, metrics={"reward_mean": 0.1 * i})
+    Checkpoint.objects.create(run=run, step_index=2, path="unused", adapter_name="r@2")
+    api = _owner_api(run)
+    steps = api.get(f"/api/runs/{run.id}/steps/?limit=2").json()
+    assert steps["count"] == 3 and [s["index"] for s in steps["results"]] == [0, 1] and steps["next"]
+    assert api.get(f"/api/runs/{run.id}/checkpoints/").json()["results"][0]["step_index"] == 2
+    assert api.get(f"/api/runs/{run.id}/review-queue/").json()["count"] == 0
+    schema = api.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
+    for path in ["/api/runs/{id}/steps/", "/api/runs/{id}/checkpoints/", "/api/runs/{id}/review-queue/",
+                 "/api/trajectories/{id}/overrides/", "/api/runs/{id}/compare/"]:
+        ok = schema["paths"][path]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+        assert ok["$ref"].startswith("#/components/schemas/Paginated"), path
+
+
+@pytest.mark.parametrize("query, name", [("offset=null", "offset"), ("limit=-1", "limit"), ("limit=abc", "limit"),
+                                         ("project=x", "project")])
+def test_a_malformed_query_parameter_is_a_400_naming_it(query, name):
+    api = APIClient()
+    api.force_authenticate(user_factory())
+    response = api.get(f"/api/runs/?{query}")
+    assert response.status_code == 400 and name in response.json(), response.json()
+
+
+def test_every_error_has_the_one_shape_with_a_detail_and_the_schema_documents_it():
+    from tests.webapp.factories import run_factory
+
+    run = run_factory()
+    api = _owner_api(run)
+    blank = api.post("/api/projects/", {"name": ""}, format="json")
+    assert blank.status_code == 400 and blank.json()["detail"] and blank.json()["name"]
+    no_checkpoint = api.post(f"/api/runs/{run.id}/fork/", {"step": 1, "name": "f"}, format="json")
+    assert no_checkpoint.status_code == 400 and no_checkpoint.json()["detail"] and no_checkpoint.json()["step"]
+    assert set(api.get("/api/runs/999999/").json()) == {"detail"}
+    schema = api.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
+    responses = schema["paths"]["/api/runs/{id}/fork/"]["post"]["responses"]
+    assert {"201", "400", "401", "403", "404", "429"} <= set(responses)
+    assert "Retry-After" in responses["429"]["headers"]
+    assert schema["components"]["schemas"]["ProjectRequest"]["properties"]["name"]["minLength"] == 1
+    assert "Rate limits" in schema["info"]["description"]

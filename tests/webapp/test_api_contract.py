@@ -56,6 +56,7 @@ def _schemathesis(base: str, token: str, report: Path, *extra: str) -> subproces
                           env={**os.environ, "NO_COLOR": "1", "SCHEMATHESIS_HOOKS": ""})
 
 
+@pytest.mark.timeout(900)  # about two minutes on an idle machine; room for a loaded one
 def test_schemathesis_finds_no_response_that_contradicts_the_schema(api_server, tmp_path):
     world = build_world(tmp_path)
     owner = Token.objects.get_or_create(user=world.users["admin"])[0].key

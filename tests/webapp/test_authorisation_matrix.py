@@ -126,6 +126,9 @@ EXPECTED: dict[str, Entry] = {
     "login": page(get=("public", 200), post=("public", 200)),
     "logout": page(post=("public", 302)),
     "invite-accept": page(get=("public", 200), post=("public", 200)),  # a wrong/spent token: "link invalid" page
+    "docs": page(get=("public", 302)),  # to the API docs page, public like it
+    # the user's own API token page (an empty POST names no action: 400)
+    "api-token": page(get=("any", 200), post=("any", 400)),
 }
 PUBLIC_PAGES = {"login", "logout", "invite-accept"}
 # URL arguments that name another of the world's ids than their own name (scenario-edit's scenario_id is the
