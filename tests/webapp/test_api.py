@@ -103,5 +103,7 @@ def test_every_error_has_the_one_shape_with_a_detail_and_the_schema_documents_it
     responses = schema["paths"]["/api/runs/{id}/fork/"]["post"]["responses"]
     assert {"201", "400", "401", "403", "404", "429"} <= set(responses)
     assert "Retry-After" in responses["429"]["headers"]
-    assert schema["components"]["schemas"]["ProjectRequest"]["properties"]["name"]["minLength"] == 1
+    name = schema["components"]["schemas"]["ProjectRequest"]["properties"]["name"]
+    assert name["minLength"] == 1 and name["pattern"] == r"\S"  # spaces only are refused too
+    assert api.post("/api/projects/", {"name": "   "}, format="json").status_code == 400
     assert "Rate limits" in schema["info"]["description"]

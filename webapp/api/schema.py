@@ -43,8 +43,21 @@ def _response(code: str) -> dict[str, Any]:
     return response
 
 
+def _non_blank_strings(schemas: dict[str, Any]) -> None:
+    """DRF's CharField strips whitespace before its non-blank check, so a request string of spaces is refused
+    like an empty one: `pattern: \\S` (a character that is not a space) says so. The login's password is the one
+    string that is not stripped."""
+    for name, component in schemas.items():
+        if not name.endswith("Request") or name == "AuthTokenRequest":
+            continue
+        for prop in component.get("properties", {}).values():
+            if prop.get("type") == "string" and prop.get("minLength") == 1 and "format" not in prop:
+                prop.setdefault("pattern", r"\S")
+
+
 def error_responses(result: dict[str, Any], generator, request, public) -> dict[str, Any]:
     result.setdefault("components", {}).setdefault("schemas", {})["Error"] = ERROR_SCHEMA
+    _non_blank_strings(result["components"]["schemas"])
     for path, operations in result.get("paths", {}).items():
         for method, operation in operations.items():
             if method not in _WRITES | {"get", "head"}:
