@@ -89,7 +89,7 @@ def _assert_page_matches_api_and_export(shown: dict, api: dict, export: list[dic
     assert shown["status"] == run["status"].replace("_", " ").capitalize()
     assert shown["progress"] == f"{run['steps_done']} / {run['total_steps']}"
     assert [row.split(" ")[0] for row in shown["steps"]] == [str(s["index"]) for s in
-                                                            sorted(api["steps"], key=lambda s: -s["index"])]
+                                                            sorted(api["steps"], key=lambda s: s["index"])]
     for s in api["steps"]:
         row = next(r for r in shown["steps"] if r.split(" ")[0] == str(s["index"]))
         assert row.split(" ")[1] == _num(s["metrics"].get("reward_mean")), (row, s)
@@ -161,7 +161,7 @@ def test_the_live_run_page_equals_the_reloaded_page_the_api_and_the_export_throu
         page.fill("#id_name", "truth-run")
         page.select_option("#id_rubric", label="good moves")
         page.select_option("#id_judge_config", label="double (openai/judge)")
-        page.fill("#id_steps", "3")
+        page.fill("#id_steps", "4")
         page.fill("#id_group_size", "2")
         page.fill("#id_learning_rate", "0.002")
         page.fill("#id_overrides", '{"device": "cpu"}')
@@ -175,8 +175,15 @@ def test_the_live_run_page_equals_the_reloaded_page_the_api_and_the_export_throu
         expect(page.locator("#checkpoints")).to_contain_text("step 1", timeout=60_000)
         expect(page.locator("#checkpoint-table")).to_contain_text("step 1")
 
-        # A person overrides a step-1 score in another tab; the live page re-renders nothing for it by itself, so
-        # it is compared after the run (the card of a finished step is re-fetched when a later event touches it).
+        # Pause at once (three steps are left); a queued run makes the worker park it (its engine stops).
+        page.click("#pause")
+        expect(page.locator("#run-status")).to_have_text("Paused")
+        waiting = run_factory(project=project, name="waiting", status=RunStatus.QUEUED)
+        expect(page.locator("#run-phase")).to_contain_text("resume continues from the step", timeout=60_000)
+        page.screenshot(path=str(SHOTS / "live-truth-parked.png"), full_page=True)
+        run_services.run_cancel(user=project.owner, run=waiting)
+
+        # Meanwhile a person overrides a step-1 score in another tab: the live card follows.
         group = run.groups.filter(step_index=1).order_by("index").first()
         review = browser.new_page(viewport={"width": 1400, "height": 1000})
         log_in(review, server, project.owner.username)
@@ -187,21 +194,15 @@ def test_the_live_run_page_equals_the_reloaded_page_the_api_and_the_export_throu
         column.locator(".override-form button").click()
         expect(review.locator(".messages")).to_contain_text("score overridden")
         review.close()
+        expect(page.locator(f"#group-{group.id} .human").filter(has_text="0.000")).to_have_count(1)
 
-        # Pause in step 2; a queued run makes the worker park it (its engine stops), Resume continues from the
-        # step 1 checkpoint and redoes step 2, whose new groups replace the old ones.
-        expect(page.locator('#groups .group[data-step="2"]').first).to_be_visible(timeout=180_000)
-        page.click("#pause")
-        expect(page.locator("#run-status")).to_have_text("Paused")
-        waiting = run_factory(project=project, name="waiting", status=RunStatus.QUEUED)
-        expect(page.locator("#run-phase")).to_contain_text("resume continues from the step", timeout=60_000)
-        page.screenshot(path=str(SHOTS / "live-truth-parked.png"), full_page=True)
-        run_services.run_cancel(user=project.owner, run=waiting)
+        # Resume continues from the last checkpoint and redoes the interrupted step: its new groups replace the old.
         page.click("#resume")
         expect(page.locator("#run-status")).to_have_text("Completed", timeout=300_000)
-        page.wait_for_function("() => Number(document.getElementById('reward-chart').dataset.points) >= 3")
+        page.wait_for_function("() => Number(document.getElementById('reward-chart').dataset.points) >= 4")
         wait_for(lambda: page.evaluate("() => document.querySelectorAll('#groups div[id^=group-]').length") == 0,
                  message="every group card to arrive")
+        page.wait_for_load_state("networkidle")  # the fragments the last events asked for have arrived
         live = page.evaluate(READ_PAGE)
         assert page.evaluate("window.__sameDocument") is True
         page.screenshot(path=str(SHOTS / "live-truth-after-resume.png"), full_page=True)
@@ -212,7 +213,7 @@ def test_the_live_run_page_equals_the_reloaded_page_the_api_and_the_export_throu
         _assert_page_matches_api_and_export(live, _api_view(page, server, run.id), _export_lines(page, server, run.id))
         assert failed == [], failed
         assert run.events.filter(kind="run_started", payload__resumed=True).exists()
-        assert len(live["cards"]) == 6 and len(live["steps"]) == 3
+        assert len(live["cards"]) == 8 and len(live["steps"]) == 4
         browser.close()
         from django.db import connections
 

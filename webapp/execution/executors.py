@@ -21,7 +21,7 @@ from webapp.execution.runner import run_execute
 from webapp.models import Run, RunStatus
 from webapp.models.runs import ACTIVE_STATUSES
 from webapp.services.playground import playground_execute, rescores_reap_stale
-from webapp.services.runs import run_mark_crashed, runs_reap_stale
+from webapp.services.runs import PARKED, run_mark_crashed, runs_reap_stale
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +157,7 @@ def embedded_startup() -> None:
 
     def _start() -> None:
         try:
-            orphans = Run.objects.filter(status__in=ACTIVE_STATUSES).exclude(status=RunStatus.PAUSED, worker="")
+            orphans = Run.objects.filter(status__in=ACTIVE_STATUSES).exclude(status=RunStatus.PAUSED, worker=PARKED)
             for run_id in orphans.values_list("id", flat=True):  # a parked paused run has no engine to lose
                 run_mark_crashed(run_id=run_id, reason="the server restarted during the run; "
                                                       "resume to continue from the last checkpoint")

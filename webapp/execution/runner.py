@@ -191,6 +191,9 @@ def _pump(proc: subprocess.Popen, read_fd: int, *, run_id: int, worker: str) -> 
     sent_state = "run"
     last_beat = time.monotonic()
     review_step: int | None = None  # a step whose review the engine is waiting for
+    # Between a step's checkpoint and its step_finished (adapter load, monitors, evaluation) the engine must not
+    # be stopped to park the run: a resume would start after that checkpoint and the step's metrics be lost.
+    finishing = False
     while True:
         ready, _, _ = select.select([read_fd], [], [], POLL_S)
         if ready:
@@ -202,6 +205,8 @@ def _pump(proc: subprocess.Popen, read_fd: int, *, run_id: int, worker: str) -> 
             for line in lines:
                 if line.strip():
                     kind, step = _ingest_line(run_id, line)
+                    if kind in ("checkpoint_saved", "step_finished"):
+                        finishing = kind == "checkpoint_saved"
                     if kind == "review_requested":
                         review_step = step
                     elif kind == "judge_usage":
@@ -230,7 +235,7 @@ def _pump(proc: subprocess.Popen, read_fd: int, *, run_id: int, worker: str) -> 
             log.warning("run %s is no longer %s's; stopping its engine", run_id, worker)
             _stop(proc)
             return
-        if state == "pause" and runs_waiting(besides=run_id):
+        if state == "pause" and not finishing and runs_waiting(besides=run_id):
             # A paused run must not hold the worker's one run slot while others wait: stop its engine and park
             # it; Resume queues it again, to continue from its last checkpoint.
             _stop(proc)

@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 
 
 DUPLICATE_WINDOW = timedelta(minutes=10)
+PARKED = "(parked: no engine)"  # the `worker` of a paused run whose engine was stopped (see run_park)
 
 
 class DuplicateLaunch(ValidationError):
@@ -184,7 +185,7 @@ def run_cancel(*, user, run: Run) -> None:
                    finished_at=timezone.now(), phase=""):
         return
     with transaction.atomic():  # a parked run has no engine to report run_finished(cancelled)
-        if Run.objects.filter(pk=run.id, status=RunStatus.PAUSED, worker="").update(
+        if Run.objects.filter(pk=run.id, status=RunStatus.PAUSED, worker=PARKED).update(
                 status=RunStatus.CANCELLED, finished_at=timezone.now(), phase=""):
             run_status_publish(run_id=run.id)
             return
@@ -195,7 +196,7 @@ def run_cancel(*, user, run: Run) -> None:
 
 # Parking: a paused run holds its worker's only run slot for as long as it stays paused. When another run waits
 # in the queue, the runner stops the paused run's engine and "parks" the run: still paused, with no worker
-# (worker=""), so the reaper leaves it alone; Resume sends it back to the queue, to continue from its last
+# (worker=PARKED), so the reaper leaves it alone; Resume sends it back to the queue, to continue from its last
 # checkpoint, and Cancel ends it at once.
 def runs_waiting(*, besides: int) -> bool:
     """Whether a run other than `besides` waits in the queue for a worker."""
@@ -214,7 +215,7 @@ def run_park(*, run_id: int, worker: str) -> bool:
         if run.status == RunStatus.PAUSED:
             reason = run.phase if run.phase.startswith("paused") else "paused"
             note = f"; its engine stopped to let a queued run use the worker: resume continues {where}"
-            Run.objects.filter(pk=run_id).update(worker="", phase=(reason[:200 - len(note)] + note)[:200])
+            Run.objects.filter(pk=run_id).update(worker=PARKED, phase=(reason[:200 - len(note)] + note)[:200])
             run_status_publish(run_id=run_id)
             return True
         if run.status == RunStatus.RUNNING:
@@ -227,7 +228,7 @@ def run_park(*, run_id: int, worker: str) -> bool:
 
 def _requeue_parked(run: Run) -> bool:
     with transaction.atomic():
-        if not Run.objects.filter(pk=run.id, status=RunStatus.PAUSED, worker="").update(
+        if not Run.objects.filter(pk=run.id, status=RunStatus.PAUSED, worker=PARKED).update(
                 status=RunStatus.QUEUED, cancel_requested=False, phase="waiting for a worker (resume from checkpoint)"):
             return False
         run_status_publish(run_id=run.id)
@@ -318,7 +319,7 @@ def runs_reap_stale(*, now=None) -> list[int]:
     runs_requeue_stranded(now=now)
     cutoff = now - timedelta(seconds=settings.STUDIO_STALE_AFTER_S)
     stale = list(Run.objects.filter(status__in=ACTIVE_STATUSES, heartbeat_at__lt=cutoff)
-                 .exclude(status=RunStatus.PAUSED, worker="").values_list("id", "worker"))  # parked: no engine
+                 .exclude(status=RunStatus.PAUSED, worker=PARKED).values_list("id", "worker"))  # parked: no engine
     reaped = []
     for run_id, worker in stale:
         reason = (f"worker {worker or '?'} stopped sending heartbeats (none for {settings.STUDIO_STALE_AFTER_S:.0f} s);"
