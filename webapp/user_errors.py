@@ -16,37 +16,38 @@ class UserError:
     details: str  # the original text, for the folded technical details ("" when nothing more to show)
 
 
-# First match wins, so the specific rules come before the general ones. Matched against the whole raw text.
-_RULES: list[tuple[re.Pattern[str], str, str]] = [(re.compile(p, re.I | re.S), what, todo) for p, what, todo in [
+# First match wins, so the specific rules come before the general ones. Matched against the whole raw text; the
+# judge's errors read "judge MODEL: KIND ..." (judging/llm.py), so a rule about the judge's API keys on that.
+_RULES: list[tuple[re.Pattern[str], str, str]] = [(re.compile(p, re.S), what, todo) for p, what, todo in [
     (r"has no env reward|needs a judge",
      "This agent's answers have no reward of their own, and the run has no judge to score them.",
      "Launch the run again with a judge chosen in the form (or give the agent an environment with its own reward)."),
-    (r"AuthenticationError|rejected the credentials|\b401\b.*(unauthori[sz]ed|api key)",
+    (r"rejected the credentials|judge \S+: AuthenticationError",
      "The judge's API refused its key.",
      "Fix the key (or the environment variable that holds it) on the judge's page, use Test judge there, then "
      "try again."),
-    (r"NotFoundError|does not know this model",
+    (r"does not know this model|judge \S+: NotFoundError",
      "The judge's API does not know this model or address.",
      "Check the judge's model name and API base URL on its page, use Test judge there, then try again."),
     (r"did not reply with usable scenarios",
      "The judge's model did not send back scenarios in the form this page needs.",
      "Try again, or choose a judge whose model supports structured (JSON) replies."),
-    (r"gave no usable reply|ReplyProblem",
+    (r"gave no usable reply",
      "The judge answered, but its replies could not be read as scores.",
      "Choose a stronger judge model, or one that supports structured (JSON) replies; Test judge on the judge's "
      "page shows a sample reply."),
-    (r"BadRequestError|rejected the request",
+    (r"the judge API rejected the request|judge \S+: BadRequestError",
      "The judge's API rejected the request.",
      "Check the judge's model name and settings on its page; the model must support structured (JSON) replies."),
-    (r"persisted after \d+ retr|InternalServerError|ServiceUnavailable|BadGateway|APIConnectionError|"
-     r"RateLimitError|Timeout|Connection refused",
+    (r"judge \S+: \w+ persisted after \d+ retr|judge \S+: (InternalServerError|ServiceUnavailableError|"
+     r"BadGatewayError|APIConnectionError|RateLimitError|Timeout)",
      "The judge's API could not be reached or kept failing (server error, timeout or rate limit).",
      "Check that the judge's server is up and its API base URL is right (Test judge on the judge's page), then "
      "try again; a failed run resumes from its last checkpoint."),
-    (r"rollouts failed",
+    (r"rollouts failed in step",
      "The agent's model failed to answer too many scenarios.",
      "Read the technical details for the first failure; a failed run resumes from its last checkpoint."),
-    (r"out of memory|OutOfMemoryError",
+    (r"(?i:out of memory)|OutOfMemoryError",
      "The machine ran out of memory.",
      "Lower the group size, the groups per step or the agent's max tokens, then resume."),
 ]]
@@ -66,8 +67,10 @@ def user_error(raw: object) -> UserError:
         if pattern.search(text):
             return UserError(what, todo, text)
     first, _, rest = text.partition("\n")
+    # The engine's own errors are written to be acted on: without their class name they read as sentences.
+    first = re.sub(r"^(TrainingError|JudgeError): ", "", first)
     if not _DEVELOPER.search(first):
-        return UserError(first, "", text if rest.strip() else "")
+        return UserError(first, "", text if rest.strip() or first != text else "")
     return UserError("Something failed that this page cannot explain.",
                      "The technical details below say what; if they do not help, ask whoever runs this server.",
                      text)

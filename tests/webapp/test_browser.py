@@ -162,5 +162,7 @@ def test_a_user_builds_a_run_in_the_browser_and_watches_it_learn_live(server, ti
     assert run.status == RunStatus.COMPLETED and len(usage) == 8
     assert run.judge_calls.count() == sum(u["requests"] + u["cache_hits"] for u in usage) >= 1
     assert run.rubric_version.text.startswith("Prefer a legal move")
-    assert judge.requests and all("Prefer a legal move" in r.prompt_text for r in judge.requests)  # the rubric
+    probe, *scoring = judge.requests  # the launch tested the judge first (webapp/services/judge_probe.py)
+    assert "What is 2 + 2?" in probe.prompt_text
+    assert scoring and all("Prefer a legal move" in r.prompt_text for r in scoring)  # the rubric
     assert run.judge_calls.filter(prompt_tokens=120, completion_tokens=30).count() == run.judge_calls.count()

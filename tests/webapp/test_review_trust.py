@@ -207,7 +207,7 @@ def test_a_pasted_rubric_is_never_cut_the_form_counts_and_refuses_text_over_the_
 
 def test_the_same_launch_form_submitted_twice_starts_one_run(client):
     project = project_factory()
-    agent = agent_factory(project=project)
+    agent = agent_factory(project=project, environment_options={"exact_match": True})  # needs no judge
     from tests.webapp.factories import scenario_set_factory
 
     scenarios = scenario_set_factory(project=project)
@@ -302,13 +302,16 @@ def test_a_viewer_cannot_test_a_judge(client):
     assert _login(client, viewer).post(f"/judges/{judge.id}/test/").status_code in (403, 404)
 
 
-def test_launch_picks_a_rubric_version_defaulting_to_the_latest_and_preselects_the_only_rubric_and_judge(client):
+def test_launch_picks_a_rubric_version_defaulting_to_the_latest_and_preselects_the_only_rubric_and_judge(
+        client, judge_double):
     from tests.webapp.factories import scenario_set_factory
 
     project = project_factory()
     agent = agent_factory(project=project)
     scenarios = scenario_set_factory(project=project)
-    judge = judge_factory(project=project)
+    judge = judge_factory(project=project, api_base=judge_double.api_base)
+    judge_double.queue({"scores": [{"trajectory_id": "1", "explanation": "right", "score": 1.0},
+                                   {"trajectory_id": "2", "explanation": "wrong", "score": 0.0}]})  # launch's test
     rubric = rubric_factory(project=project, text="first")
     v2 = rubric_version_create(user=project.owner, rubric=rubric, text="second")
     _login(client, project.owner)

@@ -48,7 +48,8 @@ def _field_errors(html: str, field: str) -> str:
 
 @pytest.mark.parametrize("error, says, todo", [
     (JUDGE_DOWN, "The judge&#x27;s API could not be reached or kept failing", "Test judge"),
-    (NO_JUDGE, "This agent&#x27;s answers have no reward of their own, and the run has no judge", "Launch the run again with a judge"),
+    (NO_JUDGE, "This agent&#x27;s answers have no reward of their own, and the run has no judge",
+     "Launch the run again with a judge"),
 ])
 def test_a_failed_run_says_what_happened_and_what_to_do_and_folds_the_engines_text(client, error, says, todo):
     run = run_factory(status=RunStatus.FAILED, error=error)
@@ -130,3 +131,15 @@ def test_launch_tests_a_judge_once_and_trusts_a_recent_answer(client, judge_doub
                         _form(project, agent, judge_config=judge.id, name="r2"))
     assert again.status_code == 302 and len(judge_double.requests) == 1  # answered minutes ago: not asked again
     assert Run.objects.count() == 2
+
+
+def test_an_engine_sentence_loses_only_its_class_name_and_an_unknown_trace_is_folded_whole():
+    from webapp.user_errors import user_error
+
+    checkpoint = user_error("TrainingError: init_checkpoint /x holds no adapter (adapter_model.safetensors)")
+    assert checkpoint.what == "init_checkpoint /x holds no adapter (adapter_model.safetensors)"
+    assert "TrainingError" in checkpoint.details
+    unknown = user_error("KeyError: 'reward_mean'")
+    assert unknown.what == "Something failed that this page cannot explain."
+    assert unknown.details == "KeyError: 'reward_mean'"
+    assert user_error("the engine sent no heartbeat for 120 s").details == ""  # already for people: nothing folded
