@@ -60,13 +60,6 @@ def reference_reward(answer: str | None, sources: list[str], scenario: Scenario)
     return 0.75 * correct + 0.25 * overlap
 
 
-def _unwrap(err: BaseException) -> BaseException:
-    """The SDK's task groups may wrap our fault in an exception group; the fault is what happened."""
-    while isinstance(err, BaseExceptionGroup) and len(err.exceptions) == 1:
-        err = err.exceptions[0]
-    return err
-
-
 @register("mcp")
 class McpEnvironment(Environment):
     Options = McpOptions
@@ -83,11 +76,8 @@ class McpEnvironment(Environment):
 
     async def launch(self, options: BaseModel) -> list[dict[str, Any]]:
         """Lists and validates the server's tools; a McpServerError refuses the run."""
-        try:
-            async with self._session(options) as session:  # type: ignore[arg-type]
-                return session.tools
-        except BaseExceptionGroup as group:
-            raise _unwrap(group) from None
+        async with self._session(options) as session:  # type: ignore[arg-type]
+            return session.tools
 
     async def rollout(self, client: Any, model: str, scenario: Scenario, config: RolloutConfig) -> Trajectory:
         options: McpOptions = config.options  # type: ignore[assignment]
@@ -97,10 +87,7 @@ class McpEnvironment(Environment):
             async with self._session(options) as session:
                 trajectory.tools = session.tools
                 await self._converse(session, client, model, trajectory, config, answer)
-        except BaseException as raised:  # noqa: BLE001 - faults are recorded, anything else goes on up
-            err = _unwrap(raised)
-            if not isinstance(err, McpServerError):
-                raise
+        except McpServerError as err:  # this trajectory's server failed: recorded on it, the run goes on
             trajectory.error = f"{type(err).__name__}: {err}"
             trajectory.metadata["mcp_fault"] = type(err).__name__
         if options.reward == "reference":

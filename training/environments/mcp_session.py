@@ -205,25 +205,49 @@ async def _transport(stack: AsyncExitStack, spec: StdioServer | HttpServer, time
 @asynccontextmanager
 async def open_session(spec: StdioServer | HttpServer, *, startup_timeout_s: float, per_call_timeout_s: float,
                        max_result_chars: int, limit: anyio.Semaphore | None = None) -> AsyncIterator[McpSession]:
+    where = spec.command if isinstance(spec, StdioServer) else spec.url
+    listed = False
+    body_error: BaseException | None = None
+    try:
+        async with AsyncExitStack() as stack:
+            mcp = await _start(stack, spec, where, startup_timeout_s=startup_timeout_s,
+                               per_call_timeout_s=per_call_timeout_s, max_result_chars=max_result_chars, limit=limit)
+            listed = True
+            try:
+                yield mcp
+            except BaseException as err:
+                body_error = err
+                raise
+    except BaseException as raised:  # noqa: BLE001 - the SDK's task groups wrap what happened; name it
+        err = raised
+        while isinstance(err, BaseExceptionGroup) and len(err.exceptions) == 1:
+            err = err.exceptions[0]
+        if err is body_error or isinstance(err, McpServerError) or not isinstance(err, Exception):
+            raise err from None
+        if not listed:  # e.g. an HTTP server that is not there: the transport's own task fails
+            raise McpServerDidNotStart(f"the MCP server {where!r} did not start: {_first_line(err)}") from None
+        raise McpServerCrashed(f"the MCP server {where!r} went away: {_first_line(err)}") from None
+
+
+async def _start(stack: AsyncExitStack, spec: StdioServer | HttpServer, where: str, *, startup_timeout_s: float,
+                 per_call_timeout_s: float, max_result_chars: int, limit: anyio.Semaphore | None) -> McpSession:
     from mcp.client.session import ClientSession
 
-    where = spec.command if isinstance(spec, StdioServer) else spec.url
-    async with AsyncExitStack() as stack:
-        streams, stderr = await _transport(stack, spec, per_call_timeout_s)
-        mcp = McpSession(None, [], per_call_timeout_s=per_call_timeout_s, max_result_chars=max_result_chars,
-                         limit=limit, stderr=stderr)
-        session = mcp._session = await stack.enter_async_context(
-            ClientSession(streams[0], streams[1], message_handler=mcp.on_message))
-        try:
-            with anyio.fail_after(startup_timeout_s):
-                await session.initialize()
-                listed = (await session.list_tools()).tools
-        except TimeoutError:
-            raise McpServerDidNotStart(f"the MCP server {where!r} did not complete its handshake and tool listing "
-                                       f"within {startup_timeout_s:g} s (startup_timeout_s){mcp.server_output()}") \
-                from None
-        except Exception as err:  # noqa: BLE001 - any failure before the tools are listed means it did not start
-            kind = McpProtocolError if _is_protocol_garbage(err) else McpServerDidNotStart
-            raise kind(f"the MCP server {where!r} did not start: {_first_line(err)}{mcp.server_output()}") from None
-        mcp.tools = openai_tools(listed)
-        yield mcp
+    streams, stderr = await _transport(stack, spec, per_call_timeout_s)
+    mcp = McpSession(None, [], per_call_timeout_s=per_call_timeout_s, max_result_chars=max_result_chars,
+                     limit=limit, stderr=stderr)
+    session = mcp._session = await stack.enter_async_context(
+        ClientSession(streams[0], streams[1], message_handler=mcp.on_message))
+    try:
+        with anyio.fail_after(startup_timeout_s):
+            await session.initialize()
+            listed = (await session.list_tools()).tools
+    except TimeoutError:
+        raise McpServerDidNotStart(f"the MCP server {where!r} did not complete its handshake and tool listing "
+                                   f"within {startup_timeout_s:g} s (startup_timeout_s){mcp.server_output()}") \
+            from None
+    except Exception as err:  # noqa: BLE001 - any failure before the tools are listed means it did not start
+        kind = McpProtocolError if _is_protocol_garbage(err) else McpServerDidNotStart
+        raise kind(f"the MCP server {where!r} did not start: {_first_line(err)}{mcp.server_output()}") from None
+    mcp.tools = openai_tools(listed)
+    return mcp
