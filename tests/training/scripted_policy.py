@@ -1,7 +1,8 @@
 """A scripted agent behind the OpenAI chat-completions HTTP boundary, for environment tests without a model.
 
 `scripted_client(replies)` is an AsyncOpenAI client whose transport answers each request with the next reply:
-a string (a plain answer) or a list of (tool name, arguments) pairs (tool calls). Every request's messages and
+a string (a plain answer), a list of (tool name, arguments) pairs (tool calls), or a callable that returns
+either, called when that request arrives. Every request's messages and
 tools are kept in `client.requests` so tests can read what the agent was shown.
 """
 from __future__ import annotations
@@ -23,6 +24,8 @@ def scripted_client(replies: list[Any]) -> AsyncOpenAI:
         body = json.loads(request.content)
         requests.append(body)
         reply = replies.pop(0) if replies else "I give up."
+        if callable(reply):  # something that happens at this point of the conversation (e.g. a server dies)
+            reply = reply()
         message: dict[str, Any] = {"role": "assistant", "content": reply if isinstance(reply, str) else ""}
         if not isinstance(reply, str):
             message["tool_calls"] = [
