@@ -2,7 +2,7 @@
 
 `python mcp_fault_server.py MODE` serves over stdio. MODE: ok | exit (dies before the handshake) |
 silent (never answers the handshake) | bad_schema (lists a tool whose input schema is invalid).
-$FAULT_SERVER_PIDS names a file it appends its pid to. Its tools: echo(text), fail() (a tool error), hang() (never returns), crash() (the process dies mid-call),
+$FAULT_SERVER_PIDS names a file it appends its pid to. Its tools: echo(text), nap(seconds) (returns its start and end times), fail() (a tool error), hang() (never returns), crash() (the process dies mid-call),
 garbage() (writes a line that is not JSON-RPC to stdout, then nothing).
 """
 from __future__ import annotations
@@ -32,6 +32,16 @@ WIRE = os.dup(1)  # the SDK moves the protocol stream off fd 1 to protect it; th
 def echo(text: str) -> str:
     """Echo the text."""
     return text
+
+
+@server.tool()
+async def nap(seconds: float) -> str:
+    """Sleeps, then says when it started and ended."""
+    import anyio
+
+    start = time.time()
+    await anyio.sleep(seconds)
+    return f"{start} {time.time()}"
 
 
 @server.tool()

@@ -97,3 +97,22 @@ def test_the_turn_limit_ends_a_rollout_that_keeps_calling_tools():
 def test_a_bad_server_spec_is_refused_with_the_key_named(server, problem):
     with pytest.raises(TrainingError, match=problem):
         options(server)
+
+
+@pytest.mark.parametrize("limit, overlap", [(1, False), (2, True)])
+def test_max_concurrent_calls_bounds_the_calls_in_flight_across_rollouts(limit, overlap):
+    import asyncio
+
+    from tests.training.scripted_policy import MODEL, scripted_client
+    from training.config import SamplingConfig
+    from training.environments import RolloutConfig, get_environment
+
+    env = get_environment("mcp")
+    config = RolloutConfig("", SamplingConfig(), options(stdio([FAULT_SERVER, "ok"]), max_concurrent_calls=limit))
+
+    async def both() -> list:
+        return await asyncio.gather(*(env.rollout(scripted_client([[("nap", {"seconds": 4})], "done"]), MODEL,
+                                                  Scenario(id=f"s{i}", user_message="nap"), config) for i in (0, 1)))
+
+    spans = sorted(tuple(map(float, t.messages[2]["content"].split())) for t in asyncio.run(both()))
+    assert (spans[1][0] < spans[0][1]) is overlap

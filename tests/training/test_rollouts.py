@@ -131,7 +131,7 @@ def test_an_mcp_rollout_on_the_real_server_declares_the_servers_tools_and_keeps_
     spec = {"transport": "stdio", "command": sys.executable, "args": [FAULT_SERVER, "ok"]}
     t = rollout(server, "mcp", Scenario(id="m", user_message="Echo hi.", reference="hi"),
                 {"server": spec, "max_turns": 2, "reward": "reference"})
-    assert [tool["function"]["name"] for tool in t.tools] == ["echo", "fail", "hang", "crash", "garbage"]
+    assert [tool["function"]["name"] for tool in t.tools] == ["echo", "nap", "fail", "hang", "crash", "garbage"]
     assistant = [m for m in t.messages if m["role"] == "assistant"]
     assert len(t.turn_token_ids) == len(assistant) >= 1 and all(t.turn_token_ids)
     assert t.error is None and 0.0 <= t.env_reward <= 1.0
