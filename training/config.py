@@ -63,6 +63,12 @@ class ServerConfig(_Strict):
         "default (every visible GPU, tensor parallel 1)."
     )
 
+    tool_call_parser: str = Field(
+        "auto", pattern=r"^[a-z0-9_]+$", description="vllm kind: tool calling (--enable-auto-tool-choice "
+        "--tool-call-parser P). auto: P from the base model's family (hermes for Qwen2/2.5/3, llama3_json for "
+        "Llama 3, mistral for Mistral; off for other families); none: off; any other value is passed to vLLM."
+    )
+
     @model_validator(mode="after")
     def _external_needs_url(self) -> "ServerConfig":
         if self.kind == "external" and not self.url:

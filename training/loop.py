@@ -139,7 +139,7 @@ def step_metrics(groups: list[TrajectoryGroup]) -> dict[str, float | None]:
     metrics |= _stats("env", [t.env_reward for t in trajectories if t.env_reward is not None])
     metrics |= _stats("judge", [t.judge_score for t in trajectories if t.judge_score is not None])
     metrics["skipped_groups"] = sum(g.skipped for g in groups)
-    metrics["rollout_errors"] = sum(len(g.errors) for g in groups)
+    metrics["rollout_errors"] = sum(len(g.errors) + sum(t.error is not None for t in g.trajectories) for g in groups)
     metrics["scoring_errors"] = sum(g.scoring_error is not None for g in groups)
     metrics["completion_tokens"] = sum(t.completion_tokens for t in trajectories)
     return metrics
@@ -173,6 +173,7 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
     scenarios = load_scenarios(config)
     env = get_environment(config.environment.kind)
     rollout_config = RolloutConfig(config.system_prompt, config.sampling, parse_options(env, config.environment.options))
+    await env.launch(rollout_config.options)  # e.g. an MCP server that does not start refuses the run here
     scenarios, held_out = split_for_run(config, scenarios)  # held-out scenarios are never trained on
     checks = RunChecks(config=config, held_out=held_out, env=env, rollout_config=rollout_config, scorer=scorer,
                        sink=sink)
@@ -269,11 +270,12 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
             await asyncio.gather(*(rollout_and_score(i, s) for i, s in enumerate(chosen)))
             done = [g for g in groups if g is not None]
             rollout_time = time.monotonic() - started
-            failed = sum(len(g.errors) for g in done)
+            # A rollout that raised, or that came back marked with an error (an MCP server fault), failed.
+            failures = [e for g in done for e in [*g.errors, *(t.error for t in g.trajectories if t.error)]]
             attempted = config.grpo.group_size * len(done)
-            if failed > config.max_rollout_failures * attempted:
-                raise TrainingError(f"{failed} of {attempted} rollouts failed in step {step}; first error: "
-                                    f"{next(e for g in done for e in g.errors)}")
+            if len(failures) > config.max_rollout_failures * attempted:
+                raise TrainingError(f"{len(failures)} of {attempted} rollouts failed in step {step}; first error: "
+                                    f"{failures[0]}")
             unscored = [g.scoring_error for g in done if g.scoring_error]
             if len(unscored) > config.max_scoring_failures * len(done):
                 raise TrainingError(f"{len(unscored)} of {len(done)} groups could not be scored in step {step}; "

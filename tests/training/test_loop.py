@@ -348,3 +348,36 @@ def test_a_fork_starts_from_another_runs_checkpoint(tiny_model_dir, tmp_path):
 def test_a_fork_from_a_folder_without_an_adapter_is_refused(tiny_model_dir, tmp_path):
     with pytest.raises(TrainingError, match="holds no adapter"):
         run(small_config(tiny_model_dir, tmp_path / "fork", steps=1, init_checkpoint=str(tmp_path)))
+
+
+@register("marked_2048")
+class Marked2048(Game2048Environment):
+    """Every other rollout comes back marked with an error, as the mcp environment marks a server fault."""
+
+    calls = 0
+
+    async def rollout(self, client, model, scenario, config):
+        type(self).calls += 1
+        n = type(self).calls
+        trajectory = await super().rollout(client, model, scenario, config)
+        if n % 2 == 0:
+            trajectory.error = "McpServerCrashed: the server went away"
+        return trajectory
+
+
+def test_trajectories_marked_with_an_error_are_kept_counted_and_never_trained_on(tiny_model_dir, tmp_path):
+    events = Recorder()
+    run(small_config(tiny_model_dir, tmp_path, steps=1, environment={"kind": "marked_2048"}), sink=events)
+    kept = [t for e in events.of(GroupScored) for t in e.trajectories]
+    marked = [t for t in kept if t["error"]]
+    assert len(kept) == 8 and len(marked) == 4
+    assert all(t["advantage"] is None and t["messages"] for t in marked)
+    assert events.of(StepFinished)[0].metrics["rollout_errors"] == 4
+
+
+def test_too_many_marked_trajectories_fail_the_step_under_the_failure_policy(tiny_model_dir, tmp_path):
+    events = Recorder()
+    config = small_config(tiny_model_dir, tmp_path, steps=1, environment={"kind": "marked_2048"},
+                          max_rollout_failures=0.25)
+    with pytest.raises(TrainingError, match="4 of 8 rollouts failed in step 1; first error: McpServerCrashed"):
+        run(config, sink=events)

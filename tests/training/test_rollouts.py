@@ -119,3 +119,19 @@ def test_a_groups_identical_first_turns_reach_the_server_as_one_request_with_n_c
         assert len(t.turn_token_ids) == 1 and t.turn_token_ids[0]
         assert t.completion_tokens == len(t.turn_token_ids[0])
         assert t.env_reward is not None
+
+
+def test_an_mcp_rollout_on_the_real_server_declares_the_servers_tools_and_keeps_sampled_ids(server):
+    # The mailbox's three tool schemas alone take ~1300 tokens of the tiny model's 1024-token context, so the
+    # seam is checked with the small fault server's tools.
+    import sys
+
+    from tests.training.mcp_helpers import FAULT_SERVER
+
+    spec = {"transport": "stdio", "command": sys.executable, "args": [FAULT_SERVER, "ok"]}
+    t = rollout(server, "mcp", Scenario(id="m", user_message="Echo hi.", reference="hi"),
+                {"server": spec, "max_turns": 2, "reward": "reference"})
+    assert [tool["function"]["name"] for tool in t.tools] == ["echo", "nap", "fail", "hang", "crash", "garbage"]
+    assistant = [m for m in t.messages if m["role"] == "assistant"]
+    assert len(t.turn_token_ids) == len(assistant) >= 1 and all(t.turn_token_ids)
+    assert t.error is None and 0.0 <= t.env_reward <= 1.0

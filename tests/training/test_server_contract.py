@@ -5,6 +5,7 @@ assertions hold for both, so the local server stays a faithful stand-in for vLLM
 """
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -264,3 +265,26 @@ def test_ignore_eos_samples_every_choice_to_max_tokens(client: openai.OpenAI) ->
                                               extra_body={"return_token_ids": True, "ignore_eos": True})
     assert [len(token_ids(c)) for c in response.choices] == [32] * 4
     assert {c.finish_reason for c in response.choices} == {"length"}
+
+
+TOOLS = [{"type": "function", "function": {
+    "name": "search_inbox", "description": "Search the inbox.",
+    "parameters": {"type": "object", "properties": {"keywords": {"type": "string"}}, "required": ["keywords"]}}}]
+
+
+def test_a_tool_call_round_trip_renders_the_tools_the_call_and_its_result_into_the_prompt(
+        client: openai.OpenAI, tiny_model_dir: Path) -> None:
+    # What the mcp and tools environments send after a tool call: tools declared, the call, the result.
+    messages = [*MESSAGES[:1], {"role": "user", "content": "What budget was approved for Raven?"},
+                {"role": "assistant", "content": "", "tool_calls": [{"id": "call_1", "type": "function", "function": {
+                    "name": "search_inbox", "arguments": '{"keywords": "Raven budget"}'}}]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "m0020: Raven budget approved at 45,000 euros"}]
+    response = client.chat.completions.create(model="base", messages=messages, tools=TOOLS, max_tokens=16,
+                                              temperature=0, logprobs=True, extra_body={"return_token_ids": True})
+    choice = response.choices[0]
+    prompt = AutoTokenizer.from_pretrained(tiny_model_dir).decode(response.model_extra["prompt_token_ids"])
+    assert "search_inbox" in prompt and "Raven budget" in prompt and "45,000 euros" in prompt
+    assert token_ids(choice) and len(choice.logprobs.content) == len(token_ids(choice))
+    for call in choice.message.tool_calls or []:  # a call the model makes comes back parsed
+        assert call.function.name == "search_inbox"
+        assert isinstance(json.loads(call.function.arguments), dict)

@@ -103,3 +103,27 @@ def test_server_gpus_pin_vllm_through_the_workers_visible_devices(monkeypatch: p
     assert env["CUDA_VISIBLE_DEVICES"] == "7" and "--tensor-parallel-size" not in command
     with pytest.raises(TrainingError, match="sees only 4 GPU"):
         command_for(vllm_device="gpu", gpus=[4])
+
+
+@pytest.mark.parametrize("model_type, parser", [("qwen2", "hermes"), ("qwen3", "hermes"),
+                                                ("llama", "llama3_json"), ("mistral", "mistral")])
+def test_tool_calling_uses_the_parser_of_the_models_family(tmp_path, model_type, parser) -> None:
+    (tmp_path / "config.json").write_text(f'{{"model_type": "{model_type}"}}')
+    command, _ = vllm_command(ServerConfig(kind="vllm", python=sys.executable, vllm_device="gpu"), str(tmp_path),
+                              8123, "base")
+    assert "--enable-auto-tool-choice" in command
+    assert command[command.index("--tool-call-parser") + 1] == parser
+
+
+def test_a_run_config_sets_or_turns_off_the_tool_call_parser_and_unknown_families_get_none(tmp_path) -> None:
+    (tmp_path / "config.json").write_text('{"model_type": "gpt2"}')
+
+    def flags(parser: str) -> list[str]:
+        command, _ = vllm_command(ServerConfig(kind="vllm", python=sys.executable, vllm_device="gpu",
+                                               tool_call_parser=parser), str(tmp_path), 8123, "base")
+        return command[command.index("--enable-auto-tool-choice"):][:3] if "--enable-auto-tool-choice" in command \
+            else []
+
+    assert flags("auto") == []
+    assert flags("none") == []
+    assert flags("pythonic") == ["--enable-auto-tool-choice", "--tool-call-parser", "pythonic"]

@@ -1,4 +1,4 @@
-"""The environment registry. Built in: `chat`, `tools`, `game_2048`; add yours with `register`."""
+"""The environment registry. Built in: `chat`, `tools`, `game_2048`, `mcp`; add yours with `register`."""
 from __future__ import annotations
 
 from typing import Callable
@@ -23,7 +23,7 @@ def register(name: str) -> Callable[[type[Environment]], type[Environment]]:
 
 
 def _load_builtins() -> None:
-    from training.environments import chat, game_2048, tools  # noqa: F401 - they register themselves
+    from training.environments import chat, game_2048, mcp, tools  # noqa: F401 - they register themselves
 
 
 def get_environment(name: str) -> Environment:

@@ -31,6 +31,11 @@ class Environment:
     name: ClassVar[str] = ""
     Options: ClassVar[type[BaseModel]] = NoOptions
 
+    async def launch(self, options: BaseModel) -> Any:
+        """Called once before a run's first rollout; raise a TrainingError to refuse the run (e.g. a tool server
+        that does not start)."""
+        return None
+
     async def rollout(self, client: Any, model: str, scenario: Scenario, config: RolloutConfig) -> Trajectory:
         raise NotImplementedError
 

