@@ -1,6 +1,7 @@
 """The run page's held-out evaluation in a real browser (headless Debian chromium via Playwright): a real demo
-run on the tiny model (8 held-out 2048 positions, env reward) is recorded through the engine's events, then the
-win-rate curve, the monitors and the checkpoint table are drawn. Screenshots go to var/screenshots/."""
+run on the tiny model (8 held-out 2048 positions, env reward; the demo's 24 would be slower) is recorded through
+the engine's events, then the win-rate curve with its band, the monitors and the checkpoint table are drawn.
+Screenshots go to var/screenshots/."""
 from __future__ import annotations
 
 import pytest
@@ -22,7 +23,7 @@ def test_the_run_page_draws_the_held_out_win_rate_curve_monitors_and_checkpoints
 
     project = project_factory(name="Eval project")
     run = run_factory(project=project, status=RunStatus.RUNNING, steps=10, name="demo-eval")
-    config = demo_config(out_dir=tmp_path / "run", steps=10, model_dir=tiny_model_dir, name="demo-eval")
+    config = demo_config(out_dir=tmp_path / "run", steps=10, model_dir=tiny_model_dir, name="demo-eval", held_out=8)
     config = config.model_copy(update={"evaluation": config.evaluation.model_copy(update={"every": 2})})
     events = []
     train_run(config, sink=events.append)  # the engine's own events; recorded after (the ORM is sync)
@@ -41,6 +42,10 @@ def test_the_run_page_draws_the_held_out_win_rate_curve_monitors_and_checkpoints
         expect(page.locator("#monitor-chart .main-svg").first).to_be_visible()
         points = page.evaluate("document.getElementById('eval-chart').data[2].y.length")
         assert points == 5
+        band = page.evaluate("document.getElementById('eval-chart').data[1].y")  # the band's lower edge
+        assert band == pytest.approx([e.metrics["eval_ci_low"] for e in evaluations])
+        expect(page.locator("#checkpoint-table")).to_contain_text("8 scenarios × 4 answers a side")
+        expect(page.locator("#checkpoint-table td.verdict .badge")).to_have_count(5)
         best = page.locator("#checkpoint-table tr.best")
         expect(best).to_have_count(1)
         expect(best.locator("a.fork")).to_be_visible()
