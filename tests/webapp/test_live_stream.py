@@ -196,7 +196,7 @@ def test_cache_hits_are_recorded_apart_and_billed_nowhere():
     from decimal import Decimal
 
     from tests.webapp.factories import judge_factory, project_factory
-    from webapp.selectors import run_judge_cost
+    from webapp.selectors.runs import run_judge_cost
     from webapp.services.runs import run_judge_budget_check
 
     project = project_factory()

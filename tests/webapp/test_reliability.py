@@ -119,9 +119,9 @@ def test_the_run_list_leaves_each_runs_config_in_the_database(client, django_ass
     judge = judge_factory(project=project)
     for i in range(6):
         run_factory(project=project, name=f"run {i}", judge_config=judge if i % 2 else None)
-    from webapp import selectors
+    from webapp.selectors import runs as run_selectors
 
-    listed = list(selectors.runs_for_project(project=project))
+    listed = list(run_selectors.runs_for_project(project=project))
     assert all("config" in r.get_deferred_fields() for r in listed)
     assert [r.judged for r in listed] == [bool(r.judge_config_id) for r in listed]
     client.force_login(project.owner)
@@ -174,6 +174,6 @@ def test_the_run_page_of_a_long_run_renders_only_its_newest_steps_and_says_so(cl
     assert f"The newest {STEP_ROWS} of {STEP_ROWS + 30} steps" in html
     assert 'id="step-31"' in html and 'id="step-30"' not in html  # the oldest 30 are left to the chart and API
     assert html.index('id="step-31"') < html.index(f'id="step-{STEP_ROWS + 30}"')  # oldest first, as before
-    from webapp import selectors
+    from webapp.selectors import runs as run_selectors
 
-    assert len(selectors.run_chart_data(run=run)["points"]) == STEP_ROWS + 30
+    assert len(run_selectors.run_chart_data(run=run)["points"]) == STEP_ROWS + 30

@@ -89,7 +89,7 @@ def test_the_runs_list_searches_by_name_and_escapes_the_query(client):
 
 def test_a_high_score_explained_by_what_the_others_got_wrong_is_not_queued_for_review(client):
     from tests.webapp.test_review import _group
-    from webapp.review_selectors import review_queue
+    from webapp.selectors.review import review_queue
 
     run = run_factory(status=RunStatus.RUNNING)
     _group(run, step=1, index=0, scores=[0.9, 0.4, 0.1], explanations=[

@@ -11,8 +11,7 @@ from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from webapp import review_selectors as review
-from webapp import selectors
+from webapp.selectors import access, review as review_selectors
 from webapp.api import serializers as s
 from webapp.models import JudgeConfig, Rescore, Role, RubricVersion
 from webapp.services import playground as playground_services
@@ -63,13 +62,13 @@ class RunReviewActions:
     @extend_schema(responses=s.QueueItemSerializer(many=True))
     @action(detail=True, methods=["get"], url_path="review-queue")
     def review_queue(self, request: Request, pk=None) -> Response:
-        page = self.paginate_queryset(review.review_queue(run=self.get_object()))
+        page = self.paginate_queryset(review_selectors.review_queue(run=self.get_object()))
         return self.get_paginated_response(s.QueueItemSerializer(page, many=True).data)
 
     @extend_schema(responses=s.RunAgreementSerializer)
     @action(detail=True, methods=["get"])
     def agreement(self, request: Request, pk=None) -> Response:
-        return Response(s.RunAgreementSerializer(review.run_agreement(run=self.get_object())).data)
+        return Response(s.RunAgreementSerializer(review_selectors.run_agreement(run=self.get_object())).data)
 
     @extend_schema(parameters=[OpenApiParameter("t", int, many=True, required=True, description="trajectory ids, 1 to 6")],
                    responses=s.CompareColumnSerializer(many=True))
@@ -78,7 +77,7 @@ class RunReviewActions:
         ids = request.query_params.getlist("t")
         if not ids or len(ids) > 6 or not all(i.isdigit() for i in ids):
             raise ValidationError({"t": ["give 1 to 6 trajectory ids of this run, each a whole number"]})
-        columns = review.compare_columns(run=self.get_object(), trajectory_ids=[int(i) for i in ids])
+        columns = review_selectors.compare_columns(run=self.get_object(), trajectory_ids=[int(i) for i in ids])
         return self.get_paginated_response(s.CompareColumnSerializer(self.paginate_queryset(columns), many=True).data)
 
     @extend_schema(request=s.ForkSerializer, responses={201: s.RunSerializer})
@@ -88,16 +87,16 @@ class RunReviewActions:
         body = s.ForkSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = dict(body.validated_data)
-        selectors.project_get(user=request.user, project_id=parent.project_id, role=Role.EDITOR)
+        access.project_get(user=request.user, project_id=parent.project_id, role=Role.EDITOR)
         checkpoint = parent.checkpoints.filter(step_index=data.pop("step")).first()
         if checkpoint is None:
             raise ValidationError({"step": ["this run has no checkpoint at that step"]})
         version_id, judge_id = data.pop("rubric_version", None), data.pop("judge_config", None)
         run = run_services.run_fork(
             user=request.user, checkpoint=checkpoint,
-            rubric_version=None if version_id is None else selectors.in_project_get(
+            rubric_version=None if version_id is None else access.in_project_get(
                 user=request.user, model=RubricVersion, pk=version_id, path="rubric__project"),
-            judge_config=None if judge_id is None else selectors.in_project_get(
+            judge_config=None if judge_id is None else access.in_project_get(
                 user=request.user, model=JudgeConfig, pk=judge_id), **data)
         return Response(s.RunSerializer(run).data, status=status.HTTP_201_CREATED)
 
@@ -113,7 +112,7 @@ class RescoreViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin):
         body = s.RescoreSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = dict(body.validated_data)
-        project = selectors.project_get(user=request.user, project_id=data.pop("project").id)
+        project = access.project_get(user=request.user, project_id=data.pop("project").id)
         rescore = playground_services.playground_create(
             user=request.user, project=project, group_ids=data["group_ids"], rubric_text=data["rubric_text"],
             criteria=data.get("criteria"), judge_config=data["judge_config"], judge_model=data.get("judge_model", ""),

@@ -12,7 +12,7 @@ from webapp.models import (
 )
 from webapp.models.catalogue import MESSAGE_MAX, PROMPT_MAX
 from webapp.models.runs import trajectory_label
-from webapp.selectors import run_judge_cost
+from webapp.selectors.runs import run_judge_cost
 
 
 class ProjectSerializer(serializers.ModelSerializer):
@@ -155,7 +155,7 @@ class StepSerializer(serializers.ModelSerializer):
 
 
 class RewardViewSerializer(serializers.Serializer):
-    """webapp.reward_selectors.trajectory_rewards: what every page shows."""
+    """webapp.selectors.rewards.trajectory_rewards: what every page shows."""
     label = serializers.CharField()
     judge_score = serializers.FloatField(allow_null=True)
     env_reward = serializers.FloatField(allow_null=True)
@@ -191,13 +191,13 @@ class TrajectorySummarySerializer(serializers.ModelSerializer):
                   "override_score", "effective_reward", "advantage", "error", "completion_tokens", "review"]
 
     def get_explanation(self, obj: Trajectory) -> str:
-        from webapp.reward_selectors import explanation_for_people
+        from webapp.selectors.rewards import explanation_for_people
 
         return explanation_for_people(text=obj.explanation, trajectories=list(obj.group.trajectories.all()))
 
     @extend_schema_field(RewardViewSerializer)
     def get_review(self, obj: Trajectory) -> dict:
-        from webapp.reward_selectors import trajectory_reward
+        from webapp.selectors.rewards import trajectory_reward
 
         return trajectory_reward(trajectory=obj)
 

@@ -11,7 +11,7 @@ from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from webapp import selectors
+from webapp.selectors import access, runs as run_selectors
 from webapp.api import serializers as s
 from webapp.api.pagination import query_int
 from webapp.api.review_views import GroupReviewActions, RescoreViewSet, RunReviewActions, TrajectoryReviewActions
@@ -25,7 +25,7 @@ from webapp.services.projects import project_create
 
 
 def _project(request: Request, project_id: int, role: str = Role.EDITOR) -> Project:
-    return selectors.project_get(user=request.user, project_id=project_id, role=role)
+    return access.project_get(user=request.user, project_id=project_id, role=role)
 
 
 class _InProject(viewsets.GenericViewSet):
@@ -35,7 +35,7 @@ class _InProject(viewsets.GenericViewSet):
     action_roles: dict[str, str] = {}
 
     def get_queryset(self):
-        return selectors.for_user(user=self.request.user, queryset=self.queryset.all(), path=self.project_path)
+        return access.for_user(user=self.request.user, queryset=self.queryset.all(), path=self.project_path)
 
     def check_object_permissions(self, request: Request, obj) -> None:
         super().check_object_permissions(request, obj)
@@ -53,7 +53,7 @@ class ProjectViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Cr
     project_path = "id"
 
     def get_queryset(self):
-        return selectors.projects_for_user(user=self.request.user).order_by("id")
+        return access.projects_for_user(user=self.request.user).order_by("id")
 
     def perform_create(self, serializer):
         serializer.instance = project_create(owner=self.request.user, **serializer.validated_data)
@@ -178,7 +178,7 @@ class RunViewSet(RunReviewActions, mixins.ListModelMixin, mixins.RetrieveModelMi
 
         def pick(model, key, path="project"):
             pk = data.pop(key, None)
-            return None if pk is None else selectors.in_project_get(user=request.user, model=model, pk=pk, path=path)
+            return None if pk is None else access.in_project_get(user=request.user, model=model, pk=pk, path=path)
 
         run = run_services.run_launch(  # review_gate passes through **data
             user=request.user, project=project, agent=pick(Agent, "agent"), scenario_set=pick(ScenarioSet, "scenario_set"),
@@ -210,7 +210,7 @@ class RunViewSet(RunReviewActions, mixins.ListModelMixin, mixins.RetrieveModelMi
     @extend_schema(responses=s.StepSerializer(many=True))
     @action(detail=True, methods=["get"])
     def steps(self, request: Request, pk=None) -> Response:
-        page = self.paginate_queryset(selectors.run_steps(run=self.get_object()))
+        page = self.paginate_queryset(run_selectors.run_steps(run=self.get_object()))
         return self.get_paginated_response(s.StepSerializer(page, many=True).data)
 
     @extend_schema(parameters=[OpenApiParameter("step", int, description="only this step's groups (0 or more)")],
@@ -218,7 +218,7 @@ class RunViewSet(RunReviewActions, mixins.ListModelMixin, mixins.RetrieveModelMi
     @action(detail=True, methods=["get"])
     def groups(self, request: Request, pk=None) -> Response:
         run = self.get_object()
-        qs = selectors.run_groups(run=run, limit=None, step=query_int(request, "step"))
+        qs = run_selectors.run_groups(run=run, limit=None, step=query_int(request, "step"))
         page = self.paginate_queryset(qs)
         return self.get_paginated_response(s.GroupSerializer(page, many=True).data)
 

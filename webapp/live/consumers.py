@@ -13,7 +13,7 @@ import time
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from webapp import selectors
+from webapp.selectors import access, runs as run_selectors
 from webapp.live.publish import project_group, run_group
 
 REPLAY_BATCH = 2000
@@ -27,10 +27,10 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         if user is None or not user.is_authenticated:
             await self.close(code=4401)
             return
-        if not await database_sync_to_async(selectors.run_visible)(user=user, run_id=self.run_id):
+        if not await database_sync_to_async(access.run_visible)(user=user, run_id=self.run_id):
             await self.close(code=4404)
             return
-        self.project_id = await database_sync_to_async(selectors.run_project_id)(run_id=self.run_id)
+        self.project_id = await database_sync_to_async(access.run_project_id)(run_id=self.run_id)
         self.checked_at = time.monotonic()
         self.last_sent = _after(self.scope.get("query_string", b""))
         # Join the group before reading the backlog: an event committed in between arrives twice at worst,
@@ -53,7 +53,7 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
 
     async def _replay(self) -> None:
         while True:
-            events = await database_sync_to_async(selectors.run_events_after)(
+            events = await database_sync_to_async(run_selectors.run_events_after)(
                 run_id=self.run_id, after=self.last_sent, limit=REPLAY_BATCH)
             for message in events:
                 await self._send(message)
@@ -71,7 +71,7 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
 
     async def _still_allowed(self) -> bool:
         self.checked_at = time.monotonic()
-        if await database_sync_to_async(selectors.run_visible)(user=self.scope["user"], run_id=self.run_id):
+        if await database_sync_to_async(access.run_visible)(user=self.scope["user"], run_id=self.run_id):
             return True
         await self.close(code=4403)
         return False

@@ -21,7 +21,7 @@ from django.utils import timezone
 from studio.key_policy import key_policy_refusal
 from webapp.execution.dispatch import PLAYGROUND_RESCORE, work_enqueue
 from webapp.models import JudgeConfig, Project, Rescore, Role, RubricVersion, Trajectory, TrajectoryGroup
-from webapp.reward_selectors import explanation_for_people
+from webapp.selectors.rewards import explanation_for_people
 from webapp.services.access import require_role
 from webapp.services.catalogue import _clean_criteria, rubric_version_create
 from webapp.services.run_config import judge_options

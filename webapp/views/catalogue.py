@@ -10,7 +10,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 from django.urls import reverse
 
-from webapp import selectors
+from webapp.selectors import access, catalogue as catalogue_selectors
 from webapp.forms import (
     AgentForm, JudgeConfigForm, RubricForm, RubricVersionForm, ScenarioForm, ScenarioSetForm, ScenarioUploadForm,
     apply_service_errors,
@@ -24,7 +24,7 @@ FORM_PAGE = "webapp/form_page.html"
 
 
 def _editor_project(request: HttpRequest, project_id: int):
-    return selectors.project_get(user=request.user, project_id=project_id, role=Role.EDITOR)
+    return access.project_get(user=request.user, project_id=project_id, role=Role.EDITOR)
 
 
 @login_required
@@ -42,7 +42,7 @@ def agent_create(request: HttpRequest, project_id: int) -> HttpResponse:
 
 @login_required
 def agent_edit(request: HttpRequest, agent_id: int) -> HttpResponse:
-    agent = selectors.in_project_get(user=request.user, model=Agent, pk=agent_id, role=Role.EDITOR)
+    agent = access.in_project_get(user=request.user, model=Agent, pk=agent_id, role=Role.EDITOR)
     form = AgentForm(request.POST) if request.method == "POST" else AgentForm.from_agent(agent)
 
     def save(data):
@@ -67,11 +67,11 @@ def scenario_set_create(request: HttpRequest, project_id: int) -> HttpResponse:
 
 @login_required
 def scenario_set_detail(request: HttpRequest, scenario_set_id: int) -> HttpResponse:
-    scenario_set = selectors.in_project_get(user=request.user, model=ScenarioSet, pk=scenario_set_id)
-    role = selectors.project_role(user=request.user, project=scenario_set.project)
+    scenario_set = access.in_project_get(user=request.user, model=ScenarioSet, pk=scenario_set_id)
+    role = access.project_role(user=request.user, project=scenario_set.project)
     scenario_form, upload_form, status = ScenarioForm(), ScenarioUploadForm(), 200
     if request.method == "POST":
-        selectors.in_project_get(user=request.user, model=ScenarioSet, pk=scenario_set_id, role=Role.EDITOR)
+        access.in_project_get(user=request.user, model=ScenarioSet, pk=scenario_set_id, role=Role.EDITOR)
         if "file" in request.FILES or request.POST.get("action") == "upload":
             upload_form = ScenarioUploadForm(request.POST, request.FILES)
             if upload_form.is_valid():
@@ -105,7 +105,7 @@ def scenario_set_detail(request: HttpRequest, scenario_set_id: int) -> HttpRespo
 
 @login_required
 def scenario_edit(request: HttpRequest, scenario_id: int) -> HttpResponse:
-    scenario = selectors.in_project_get(user=request.user, model=Scenario, pk=scenario_id,
+    scenario = access.in_project_get(user=request.user, model=Scenario, pk=scenario_id,
                                         path="scenario_set__project", role=Role.EDITOR)
     used = svc.scenario_runs(scenario=scenario)
     if request.method == "POST" and request.POST.get("action") == "delete":
@@ -142,14 +142,14 @@ def rubric_create(request: HttpRequest, project_id: int) -> HttpResponse:
 
 @login_required
 def rubric_detail(request: HttpRequest, rubric_id: int) -> HttpResponse:
-    rubric = selectors.in_project_get(user=request.user, model=Rubric, pk=rubric_id)
-    role = selectors.project_role(user=request.user, project=rubric.project)
+    rubric = access.in_project_get(user=request.user, model=Rubric, pk=rubric_id)
+    role = access.project_role(user=request.user, project=rubric.project)
     latest = rubric.latest_version
     initial = {"text": latest.text, "criteria": "\n".join(
         f"{c['name']} | {c['weight']:g} | {c['description']}" for c in latest.criteria)} if latest else {}
     form = RubricVersionForm(request.POST) if request.method == "POST" else RubricVersionForm(initial=initial)
     if request.method == "POST":
-        selectors.in_project_get(user=request.user, model=Rubric, pk=rubric_id, role=Role.EDITOR)
+        access.in_project_get(user=request.user, model=Rubric, pk=rubric_id, role=Role.EDITOR)
 
     def save(data):
         version = svc.rubric_version_create(user=request.user, rubric=rubric, **data)
@@ -158,8 +158,9 @@ def rubric_detail(request: HttpRequest, rubric_id: int) -> HttpResponse:
 
     return handle_form(request, form, save, "webapp/rubric_detail.html", {
         "project": rubric.project, "rubric": rubric, "can_edit": role == Role.EDITOR,
-        "versions": selectors.rubric_versions(rubric=rubric),
-        "diff": selectors.rubric_version_diff(rubric=rubric, old=request.GET.get("old"), new=request.GET.get("new")),
+        "versions": catalogue_selectors.rubric_versions(rubric=rubric),
+        "diff": catalogue_selectors.rubric_version_diff(rubric=rubric, old=request.GET.get("old"),
+                                                        new=request.GET.get("new")),
     })
 
 
@@ -178,7 +179,7 @@ def judge_create(request: HttpRequest, project_id: int) -> HttpResponse:
 
 @login_required
 def judge_edit(request: HttpRequest, judge_id: int) -> HttpResponse:
-    judge = selectors.in_project_get(user=request.user, model=JudgeConfig, pk=judge_id, role=Role.EDITOR)
+    judge = access.in_project_get(user=request.user, model=JudgeConfig, pk=judge_id, role=Role.EDITOR)
     form = JudgeConfigForm(request.POST) if request.method == "POST" else JudgeConfigForm.from_judge(judge)
 
     def save(data):
@@ -197,6 +198,6 @@ def judge_edit(request: HttpRequest, judge_id: int) -> HttpResponse:
 @require_POST
 def judge_test(request: HttpRequest, judge_id: int) -> HttpResponse:
     """One tiny real request to the saved judge: latency, cost and its reply, or why it failed."""
-    judge = selectors.in_project_get(user=request.user, model=JudgeConfig, pk=judge_id, role=Role.EDITOR)
+    judge = access.in_project_get(user=request.user, model=JudgeConfig, pk=judge_id, role=Role.EDITOR)
     result = judge_probe.judge_config_test(user=request.user, judge=judge)
     return render(request, "webapp/partials/judge_test.html", {"result": result, "judge": judge})

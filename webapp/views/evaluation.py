@@ -8,7 +8,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from webapp import selectors
+from webapp.selectors import access
 from webapp.models import Checkpoint, Role
 from webapp.services.monitoring import run_evaluate
 
@@ -16,7 +16,7 @@ from webapp.services.monitoring import run_evaluate
 @login_required
 @require_POST
 def checkpoint_evaluate(request: HttpRequest, checkpoint_id: int) -> HttpResponse:
-    checkpoint = selectors.in_project_get(user=request.user, model=Checkpoint, pk=checkpoint_id, role=Role.EDITOR,
+    checkpoint = access.in_project_get(user=request.user, model=Checkpoint, pk=checkpoint_id, role=Role.EDITOR,
                                           path="run__project")
     error = ""
     try:

@@ -6,14 +6,14 @@ from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from webapp import selectors
+from webapp.selectors import access
 from webapp.models import JudgeConfig, Role
 from webapp.services.judge_check import CHECK_GROUPS, judge_check_groups, judge_check_run
 
 
 @login_required
 def judge_check(request: HttpRequest, judge_id: int) -> HttpResponse:
-    judge = selectors.in_project_get(user=request.user, model=JudgeConfig, pk=judge_id, role=Role.EDITOR)
+    judge = access.in_project_get(user=request.user, model=JudgeConfig, pk=judge_id, role=Role.EDITOR)
     context = {"project": judge.project, "judge": judge, "report": None, "errors": [], "size": CHECK_GROUPS,
                "groups": judge_check_groups(judge=judge), "passes": 3}
     if request.method == "POST":

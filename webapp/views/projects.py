@@ -10,7 +10,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse_lazy
 from django.views.decorators.http import require_POST, require_safe
 
-from webapp import selectors
+from webapp.selectors import access, catalogue as catalogue_selectors, runs as run_selectors
 from webapp.forms import MemberForm, ProjectForm, apply_service_errors
 from webapp.models import Role
 from webapp.services.projects import member_add, membership_remove, project_create
@@ -20,7 +20,7 @@ from webapp.views.common import handle_form
 @login_required
 def project_list(request: HttpRequest) -> HttpResponse:
     form = ProjectForm(request.POST or None)
-    context = {"projects": selectors.projects_for_user(user=request.user)}
+    context = {"projects": access.projects_for_user(user=request.user)}
 
     def save(data):
         project = project_create(owner=request.user, name=data["name"], description=data["description"])
@@ -37,13 +37,13 @@ def project_detail(request: HttpRequest, project_id: int) -> HttpResponse:
 
 def _project_page(request: HttpRequest, project_id: int, member_form: MemberForm | None = None,
                   status: int = 200) -> HttpResponse:
-    project = selectors.project_get(user=request.user, project_id=project_id)
-    role = selectors.project_role(user=request.user, project=project)
+    project = access.project_get(user=request.user, project_id=project_id)
+    role = access.project_role(user=request.user, project=project)
     return render(request, "webapp/project_detail.html", {
         "project": project, "role": role, "can_edit": role == Role.EDITOR,
-        "runs": selectors.runs_for_project(project=project)[:50],
-        "members": selectors.project_members(project=project), "member_form": member_form or MemberForm(),
-        **selectors.catalogue_for_project(project=project),
+        "runs": run_selectors.runs_for_project(project=project)[:50],
+        "members": access.project_members(project=project), "member_form": member_form or MemberForm(),
+        **catalogue_selectors.catalogue_for_project(project=project),
     }, status=status)
 
 
@@ -51,7 +51,7 @@ def _project_page(request: HttpRequest, project_id: int, member_form: MemberForm
 @require_POST
 def project_member_add(request: HttpRequest, project_id: int) -> HttpResponse:
     """Errors are shown beside the form (the page re-rendered, status 400), not in the message bar."""
-    project = selectors.project_get(user=request.user, project_id=project_id, role=Role.EDITOR)
+    project = access.project_get(user=request.user, project_id=project_id, role=Role.EDITOR)
     form = MemberForm(request.POST)
     if form.is_valid():
         try:
@@ -81,7 +81,7 @@ class InviteAcceptView(auth_views.PasswordResetConfirmView):
 @login_required
 @require_POST
 def project_member_remove(request: HttpRequest, project_id: int, user_id: int) -> HttpResponse:
-    project = selectors.project_get(user=request.user, project_id=project_id, role=Role.EDITOR)
+    project = access.project_get(user=request.user, project_id=project_id, role=Role.EDITOR)
     user = get_user_model().objects.filter(pk=user_id).first()
     if user is None:
         messages.error(request, "no such user")

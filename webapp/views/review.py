@@ -10,8 +10,7 @@ from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST, require_safe
 
-from webapp import review_selectors as review
-from webapp import reward_selectors, selectors
+from webapp.selectors import access, review as review_selectors, rewards as reward_selectors, runs as run_selectors
 from webapp.forms import ForkForm, OverrideForm, PlaygroundFilterForm, PlaygroundForm, ReorderForm
 from webapp.models import Rescore, Role, RubricVersion, TrajectoryGroup
 from webapp.services import playground as playground_services
@@ -21,7 +20,7 @@ from webapp.views.common import handle_form
 
 
 def _role_context(request: HttpRequest, project) -> dict:
-    role = selectors.project_role(user=request.user, project=project)
+    role = access.project_role(user=request.user, project=project)
     return {"can_review": role in (Role.REVIEWER, Role.EDITOR), "can_edit": role == Role.EDITOR}
 
 
@@ -35,7 +34,7 @@ def _back(request: HttpRequest, fallback: str) -> HttpResponse:
 @login_required
 @require_safe
 def group_detail(request: HttpRequest, group_id: int) -> HttpResponse:
-    group = selectors.group_get(user=request.user, group_id=group_id)
+    group = access.group_get(user=request.user, group_id=group_id)
     group = TrajectoryGroup.objects.select_related("run__project", "scenario").get(pk=group.pk)
     if getattr(request, "htmx", False):  # the run page's live card
         return render(request, "webapp/partials/group_card.html", {
@@ -45,8 +44,9 @@ def group_detail(request: HttpRequest, group_id: int) -> HttpResponse:
     return render(request, "webapp/compare.html", {
         "run": group.run, "project": group.run.project, "group": group,
         "scenario": reward_selectors.group_scenario(group=group),
-        "columns": review.compare_columns(run=group.run, trajectory_ids=ids),
-        "all_trajectories": group.trajectories.order_by("rank", "index"), **review.group_neighbours(group=group),
+        "columns": review_selectors.compare_columns(run=group.run, trajectory_ids=ids),
+        "all_trajectories": group.trajectories.order_by("rank", "index"),
+        **review_selectors.group_neighbours(group=group),
         "override_form": OverrideForm(), **_role_context(request, group.run.project),
     })
 
@@ -55,10 +55,10 @@ def group_detail(request: HttpRequest, group_id: int) -> HttpResponse:
 @require_safe
 def run_compare(request: HttpRequest, run_id: int) -> HttpResponse:
     """Any trajectories of a run, side by side: ?t=<id>&t=<id>…"""
-    run = selectors.run_get(user=request.user, run_id=run_id)
+    run = access.run_get(user=request.user, run_id=run_id)
     ids = [int(i) for i in request.GET.getlist("t") if i.isdigit()]
     return render(request, "webapp/compare.html", {
-        "run": run, "project": run.project, "columns": review.compare_columns(run=run, trajectory_ids=ids),
+        "run": run, "project": run.project, "columns": review_selectors.compare_columns(run=run, trajectory_ids=ids),
         "override_form": OverrideForm(), **_role_context(request, run.project)})
 
 
@@ -66,24 +66,24 @@ def run_compare(request: HttpRequest, run_id: int) -> HttpResponse:
 @require_safe
 def run_scenario(request: HttpRequest, run_id: int, scenario_id: str) -> HttpResponse:
     """One scenario across steps: by default the best answer of its first group beside that of its latest."""
-    run = selectors.run_get(user=request.user, run_id=run_id)
-    groups = list(review.scenario_steps(run=run, scenario_id=scenario_id))
+    run = access.run_get(user=request.user, run_id=run_id)
+    groups = list(review_selectors.scenario_steps(run=run, scenario_id=scenario_id))
     picked = [g for g in groups if str(g.step_index) in request.GET.getlist("step")]
     if picked:
         ids = [t for g in picked for t in g.trajectories.order_by("rank", "index").values_list("id", flat=True)[:1]]
     else:
-        ids = review.scenario_default_pair(run=run, scenario_id=scenario_id)
+        ids = review_selectors.scenario_default_pair(run=run, scenario_id=scenario_id)
     return render(request, "webapp/compare.html", {
         "run": run, "project": run.project, "scenario_id": scenario_id, "scenario_groups": groups,
         "picked_steps": {g.step_index for g in picked} or {groups[0].step_index, groups[-1].step_index},
-        "columns": review.compare_columns(run=run, trajectory_ids=ids), "override_form": OverrideForm(),
+        "columns": review_selectors.compare_columns(run=run, trajectory_ids=ids), "override_form": OverrideForm(),
         **_role_context(request, run.project)})
 
 
 @login_required
 @require_POST
 def trajectory_override(request: HttpRequest, trajectory_id: int) -> HttpResponse:
-    trajectory = selectors.trajectory_get(user=request.user, trajectory_id=trajectory_id, role=Role.REVIEWER)
+    trajectory = access.trajectory_get(user=request.user, trajectory_id=trajectory_id, role=Role.REVIEWER)
     form = OverrideForm(request.POST)
     if form.is_valid():
         try:
@@ -99,7 +99,7 @@ def trajectory_override(request: HttpRequest, trajectory_id: int) -> HttpRespons
 @login_required
 @require_POST
 def group_reorder(request: HttpRequest, group_id: int) -> HttpResponse:
-    group = selectors.group_get(user=request.user, group_id=group_id, role=Role.REVIEWER)
+    group = access.group_get(user=request.user, group_id=group_id, role=Role.REVIEWER)
     form = ReorderForm(request.POST)
     try:
         if not form.is_valid():
@@ -115,20 +115,20 @@ def group_reorder(request: HttpRequest, group_id: int) -> HttpResponse:
 @login_required
 @require_safe
 def run_review(request: HttpRequest, run_id: int) -> HttpResponse:
-    run = selectors.run_get(user=request.user, run_id=run_id)
-    agreement = review.run_agreement(run=run)
+    run = access.run_get(user=request.user, run_id=run_id)
+    agreement = review_selectors.run_agreement(run=run)
     pending = run.groups.filter(step_index=run.steps_done + 1) if run.status == "awaiting_review" else None
     return render(request, "webapp/run_review.html", {
-        "run": run, "project": run.project, "queue": review.review_queue(run=run), "agreement": agreement,
-        "agreement_chart": {"steps": agreement["steps"]}, "overrides": review.run_overrides(run=run),
-        "versions": review.project_agreement_by_version(project=run.project), "pending_groups": pending,
+        "run": run, "project": run.project, "queue": review_selectors.review_queue(run=run), "agreement": agreement,
+        "agreement_chart": {"steps": agreement["steps"]}, "overrides": review_selectors.run_overrides(run=run),
+        "versions": review_selectors.project_agreement_by_version(project=run.project), "pending_groups": pending,
         **_role_context(request, run.project)})
 
 
 @login_required
 @require_POST
 def run_approve(request: HttpRequest, run_id: int) -> HttpResponse:
-    run = selectors.run_get(user=request.user, run_id=run_id, role=Role.REVIEWER)
+    run = access.run_get(user=request.user, run_id=run_id, role=Role.REVIEWER)
     try:
         review_services.run_review_approve(user=request.user, run=run)
         messages.success(request, "review approved: the step trains on the reviewed scores")
@@ -139,9 +139,9 @@ def run_approve(request: HttpRequest, run_id: int) -> HttpResponse:
 
 @login_required
 def run_fork(request: HttpRequest, checkpoint_id: int) -> HttpResponse:
-    checkpoint = selectors.checkpoint_get(user=request.user, checkpoint_id=checkpoint_id)
+    checkpoint = access.checkpoint_get(user=request.user, checkpoint_id=checkpoint_id)
     parent = checkpoint.run
-    selectors.project_get(user=request.user, project_id=parent.project_id, role=Role.EDITOR)
+    access.project_get(user=request.user, project_id=parent.project_id, role=Role.EDITOR)
     initial = {"name": f"{parent.name}-fork-{checkpoint.step_index}", "rubric_version": parent.rubric_version,
                "judge_config": parent.judge_config, "review_gate": parent.review_gate}
     form = ForkForm(request.POST or None, project=parent.project, initial=initial)
@@ -157,13 +157,13 @@ def run_fork(request: HttpRequest, checkpoint_id: int) -> HttpResponse:
 
 @login_required
 def playground(request: HttpRequest, project_id: int) -> HttpResponse:
-    project = selectors.project_get(user=request.user, project_id=project_id)
+    project = access.project_get(user=request.user, project_id=project_id)
     filters = PlaygroundFilterForm(request.GET, project=project)
-    groups = review.playground_groups(project=project, **filters.filters())
+    groups = review_selectors.playground_groups(project=project, **filters.filters())
     picked = [int(g) for g in request.GET.getlist("group") if g.isdigit()]
     initial: dict = {"groups": list(groups.values_list("id", flat=True)) if request.GET.get("all") else picked}
     if request.GET.get("version", "").isdigit():
-        version = selectors.in_project_get(user=request.user, model=RubricVersion, pk=int(request.GET["version"]),
+        version = access.in_project_get(user=request.user, model=RubricVersion, pk=int(request.GET["version"]),
                                            path="rubric__project")
     else:
         version = RubricVersion.objects.filter(rubric__project=project).order_by("-created_at", "-id").first()
@@ -173,7 +173,7 @@ def playground(request: HttpRequest, project_id: int) -> HttpResponse:
     initial["judge_config"] = project.judge_configs.first()
     form = PlaygroundForm(request.POST or None, project=project, groups=groups, initial=initial)
     if request.method == "POST":
-        selectors.project_get(user=request.user, project_id=project_id, role=Role.REVIEWER)
+        access.project_get(user=request.user, project_id=project_id, role=Role.REVIEWER)
 
     def save(data):
         rescore = playground_services.playground_create(
@@ -191,9 +191,10 @@ def playground(request: HttpRequest, project_id: int) -> HttpResponse:
 @login_required
 @require_safe
 def playground_detail(request: HttpRequest, rescore_id: int) -> HttpResponse:
-    rescore = selectors.in_project_get(user=request.user, model=Rescore, pk=rescore_id)
+    rescore = access.in_project_get(user=request.user, model=Rescore, pk=rescore_id)
     context = {"rescore": rescore, "project": rescore.project, **_role_context(request, rescore.project),
-               "rubrics": rescore.project.rubrics.all(), "launch_query": review.rescore_launch_query(rescore=rescore)}
+               "rubrics": rescore.project.rubrics.all(),
+               "launch_query": review_selectors.rescore_launch_query(rescore=rescore)}
     if getattr(request, "htmx", False):
         return render(request, "webapp/partials/rescore_results.html", context)
     return render(request, "webapp/playground_detail.html", context)
@@ -202,7 +203,7 @@ def playground_detail(request: HttpRequest, rescore_id: int) -> HttpResponse:
 @login_required
 @require_POST
 def playground_save(request: HttpRequest, rescore_id: int) -> HttpResponse:
-    rescore = selectors.in_project_get(user=request.user, model=Rescore, pk=rescore_id, role=Role.EDITOR)
+    rescore = access.in_project_get(user=request.user, model=Rescore, pk=rescore_id, role=Role.EDITOR)
     rubric = None
     if request.POST.get("rubric", "").isdigit():
         rubric = rescore.project.rubrics.filter(pk=int(request.POST["rubric"])).first()
@@ -218,11 +219,11 @@ def playground_save(request: HttpRequest, rescore_id: int) -> HttpResponse:
 @require_safe
 def runs_compare(request: HttpRequest, project_id: int) -> HttpResponse:
     """Several runs' reward and agreement curves overlaid: ?run=<id>&run=<id>…"""
-    project = selectors.project_get(user=request.user, project_id=project_id)
+    project = access.project_get(user=request.user, project_id=project_id)
     picked = [int(i) for i in request.GET.getlist("run") if i.isdigit()]
-    series = review.runs_overlay(project=project, run_ids=picked)
+    series = review_selectors.runs_overlay(project=project, run_ids=picked)
     return render(request, "webapp/runs_compare.html", {
-        "project": project, "runs": selectors.runs_for_project(project=project)[:100], "picked": set(picked),
+        "project": project, "runs": run_selectors.runs_for_project(project=project)[:100], "picked": set(picked),
         "series": series, "has_points": any(s["reward"] or s["agreement"] for s in series)})
 
 
@@ -230,8 +231,9 @@ def runs_compare(request: HttpRequest, project_id: int) -> HttpResponse:
 @require_safe
 def run_export(request: HttpRequest, run_id: int) -> HttpResponse:
     """Scored groups as JSONL for `python -m judging score` (?step=N for one step)."""
-    run = selectors.run_get(user=request.user, run_id=run_id)
+    run = access.run_get(user=request.user, run_id=run_id)
     step = int(request.GET["step"]) if request.GET.get("step", "").isdigit() else None
-    response = StreamingHttpResponse(review.run_groups_jsonl(run=run, step=step), content_type="application/jsonl")
+    response = StreamingHttpResponse(review_selectors.run_groups_jsonl(run=run, step=step),
+                                     content_type="application/jsonl")
     response["Content-Disposition"] = f'attachment; filename="{run.config.get("name", "run")}-groups.jsonl"'
     return response

@@ -11,8 +11,8 @@ from django.shortcuts import redirect, render
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_POST, require_safe
 
-from webapp import reward_selectors, selectors
-from webapp.evaluation_selectors import run_evaluation_data
+from webapp.selectors import access, rewards as reward_selectors, runs as run_selectors
+from webapp.selectors.evaluation import run_evaluation_data
 from webapp.forms import GroupSearchForm, LaunchForm
 from webapp.models import Role
 from webapp.services import runs as run_services
@@ -26,16 +26,16 @@ STEP_ROWS = 100  # the step table's newest rows; rendering thousands would cost 
 @login_required
 @require_safe
 def run_list(request: HttpRequest, project_id: int) -> HttpResponse:
-    project = selectors.project_get(user=request.user, project_id=project_id)
+    project = access.project_get(user=request.user, project_id=project_id)
     template = "webapp/partials/run_rows.html" if getattr(request, "htmx", False) else "webapp/run_list.html"
     q = request.GET.get("q", "")[:100]
     return render(request, template, {"project": project, "q": q,
-                                      "runs": selectors.runs_for_project(project=project, search=q)[:200]})
+                                      "runs": run_selectors.runs_for_project(project=project, search=q)[:200]})
 
 
 @login_required
 def run_launch(request: HttpRequest, project_id: int) -> HttpResponse:
-    project = selectors.project_get(user=request.user, project_id=project_id, role=Role.EDITOR)
+    project = access.project_get(user=request.user, project_id=project_id, role=Role.EDITOR)
     initial = {"name": f"run-{project.runs.count() + 1}", "agent": project.agents.first(),
                "scenario_set": project.scenario_sets.first()}
     # "Launch a run with it" from the playground names the rubric, judge, agent and scenarios it used.
@@ -60,26 +60,26 @@ def run_launch(request: HttpRequest, project_id: int) -> HttpResponse:
 
 
 def _run_context(request: HttpRequest, run) -> dict:
-    role = selectors.project_role(user=request.user, project=run.project)
+    role = access.project_role(user=request.user, project=run.project)
     return {"run": run, "project": run.project, "can_control": role == Role.EDITOR,
-            "can_review": role in (Role.REVIEWER, Role.EDITOR), "cost": selectors.run_judge_cost(run=run),
+            "can_review": role in (Role.REVIEWER, Role.EDITOR), "cost": run_selectors.run_judge_cost(run=run),
             "last_checkpoint": run.checkpoints.order_by("-step_index").first()}
 
 
 @login_required
 @require_safe
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
-    run = selectors.run_get(user=request.user, run_id=run_id)
+    run = access.run_get(user=request.user, run_id=run_id)
     search_form = GroupSearchForm(request.GET or None)
     search = search_form.search()
-    groups = list(selectors.run_groups(run=run, limit=GROUPS_PER_PAGE, search=search))
+    groups = list(run_selectors.run_groups(run=run, limit=GROUPS_PER_PAGE, search=search))
     return render(request, "webapp/run_detail.html", {
         **_run_context(request, run), **_steps(run), "groups": groups,
         "search_form": search_form, "search": search, "search_query": request.GET.urlencode(),
-        "more_groups": selectors.run_group_count(run=run, search=search) > len(groups), "next_offset": len(groups),
+        "more_groups": run_selectors.run_group_count(run=run, search=search) > len(groups), "next_offset": len(groups),
         "rewards": reward_selectors.groups_view(run=run, groups=groups),
-        "checkpoints": run.checkpoints.order_by("step_index"), "chart": selectors.run_chart_data(run=run),
-        "settings": selectors.run_settings(run=run),
+        "checkpoints": run.checkpoints.order_by("step_index"), "chart": run_selectors.run_chart_data(run=run),
+        "settings": run_selectors.run_settings(run=run),
         "last_seq": run.last_event_seq,
         "evaluation": run_evaluation_data(run=run),  # held-out win rate, monitors, checkpoint table
     })
@@ -88,25 +88,25 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
 @login_required
 @require_safe
 def run_header(request: HttpRequest, run_id: int) -> HttpResponse:
-    run = selectors.run_get(user=request.user, run_id=run_id)
+    run = access.run_get(user=request.user, run_id=run_id)
     return render(request, "webapp/partials/run_header.html", _run_context(request, run))
 
 
 @login_required
 @require_safe
 def run_steps(request: HttpRequest, run_id: int) -> HttpResponse:
-    run = selectors.run_get(user=request.user, run_id=run_id)
+    run = access.run_get(user=request.user, run_id=run_id)
     return render(request, "webapp/partials/step_table.html", {"run": run, **_steps(run)})
 
 
 def _steps(run) -> dict:
-    return {"steps": selectors.run_recent_steps(run=run, limit=STEP_ROWS), "steps_total": run.steps.count()}
+    return {"steps": run_selectors.run_recent_steps(run=run, limit=STEP_ROWS), "steps_total": run.steps.count()}
 
 
 @login_required
 @require_safe
 def run_checkpoints(request: HttpRequest, run_id: int) -> HttpResponse:
-    run = selectors.run_get(user=request.user, run_id=run_id)
+    run = access.run_get(user=request.user, run_id=run_id)
     return render(request, "webapp/partials/checkpoints.html",
                   {**_run_context(request, run), "checkpoints": run.checkpoints.order_by("step_index")})
 
@@ -115,7 +115,7 @@ def run_checkpoints(request: HttpRequest, run_id: int) -> HttpResponse:
 @require_safe
 def run_checkpoint_table(request: HttpRequest, run_id: int) -> HttpResponse:
     """The checkpoints-by-win-rate table, re-fetched live when a checkpoint or an evaluation arrives."""
-    run = selectors.run_get(user=request.user, run_id=run_id)
+    run = access.run_get(user=request.user, run_id=run_id)
     return render(request, "webapp/partials/checkpoint_table.html",
                   {**_run_context(request, run), "evaluation": run_evaluation_data(run=run)})
 
@@ -124,26 +124,26 @@ def run_checkpoint_table(request: HttpRequest, run_id: int) -> HttpResponse:
 @require_safe
 def run_groups(request: HttpRequest, run_id: int) -> HttpResponse:
     """More groups, for the page's "older groups" button (newest first, bounded)."""
-    run = selectors.run_get(user=request.user, run_id=run_id)
+    run = access.run_get(user=request.user, run_id=run_id)
     try:
         offset = max(0, int(request.GET.get("offset", "0")))
     except ValueError:
         offset = 0
     search_form = GroupSearchForm(request.GET)
     search = search_form.search()
-    groups = list(selectors.run_groups(run=run, limit=GROUPS_PER_PAGE, offset=offset, search=search))
+    groups = list(run_selectors.run_groups(run=run, limit=GROUPS_PER_PAGE, offset=offset, search=search))
     query = request.GET.copy()
     query.pop("offset", None)
     return render(request, "webapp/partials/group_list.html", {
         "run": run, "groups": groups, "next_offset": offset + len(groups), "search_query": query.urlencode(),
         "rewards": reward_selectors.groups_view(run=run, groups=groups),
-        "more_groups": selectors.run_group_count(run=run, search=search) > offset + len(groups)})
+        "more_groups": run_selectors.run_group_count(run=run, search=search) > offset + len(groups)})
 
 
 @login_required
 @require_POST
 def run_control(request: HttpRequest, run_id: int, action: str) -> HttpResponse:
-    run = selectors.run_get(user=request.user, run_id=run_id, role=Role.EDITOR)
+    run = access.run_get(user=request.user, run_id=run_id, role=Role.EDITOR)
     control = {"pause": run_services.run_pause, "resume": run_services.run_resume, "cancel": run_services.run_cancel}
     if action not in control:
         raise Http404("no such action")
@@ -165,7 +165,7 @@ def run_control(request: HttpRequest, run_id: int, action: str) -> HttpResponse:
 @login_required
 @require_safe
 def trajectory_detail(request: HttpRequest, trajectory_id: int) -> HttpResponse:
-    trajectory = selectors.trajectory_get(user=request.user, trajectory_id=trajectory_id)
+    trajectory = access.trajectory_get(user=request.user, trajectory_id=trajectory_id)
     run = trajectory.group.run
     members = list(trajectory.group.trajectories.order_by("index"))
     return render(request, "webapp/trajectory_detail.html", {
@@ -179,7 +179,7 @@ def trajectory_detail(request: HttpRequest, trajectory_id: int) -> HttpResponse:
 @login_required
 @require_safe
 def checkpoint_download(request: HttpRequest, checkpoint_id: int) -> HttpResponse:
-    checkpoint = selectors.checkpoint_get(user=request.user, checkpoint_id=checkpoint_id)
+    checkpoint = access.checkpoint_get(user=request.user, checkpoint_id=checkpoint_id)
     root = Path(checkpoint.path)
     if not root.is_dir():
         raise Http404("the checkpoint's files are not on this machine")

@@ -8,7 +8,7 @@ from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
-from webapp import selectors
+from webapp.selectors import access
 from webapp.models import JudgeConfig, Role, ScenarioSet
 from webapp.services.scenario_drafts import scenario_drafts_generate, scenario_set_accept_drafts
 
@@ -30,7 +30,7 @@ def _rows(post) -> list[dict]:
 
 @login_required
 def scenario_set_generate(request: HttpRequest, scenario_set_id: int) -> HttpResponse:
-    scenario_set = selectors.in_project_get(user=request.user, model=ScenarioSet, pk=scenario_set_id,
+    scenario_set = access.in_project_get(user=request.user, model=ScenarioSet, pk=scenario_set_id,
                                             role=Role.EDITOR)
     judges = JudgeConfig.objects.filter(project=scenario_set.project).order_by("name")
     context = {"project": scenario_set.project, "scenario_set": scenario_set, "judges": judges, "errors": [],

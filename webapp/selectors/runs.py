@@ -1,81 +1,14 @@
-"""Reads, always through the user's project membership: a non-member's lookup is a 404, never a leak."""
+"""Reads of a run for its pages and the API: runs, steps, groups, events, chart, cost and settings.
+
+Callers pass objects already fetched through `access` (membership checked).
+"""
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any
 
-from django.db.models import BooleanField, Count, ExpressionWrapper, Model, Prefetch, Q, QuerySet
-from django.http import Http404
+from django.db.models import BooleanField, ExpressionWrapper, Prefetch, Q, QuerySet
 
-from webapp.models import (
-    Agent, Checkpoint, JudgeConfig, Membership, Project, Role, Rubric, Run, RunEvent, ScenarioSet, Step, Trajectory,
-    TrajectoryGroup,
-)
-from webapp.services.access import require_role, role_of
-
-M = TypeVar("M", bound=Model)
-
-
-def projects_for_user(*, user) -> QuerySet[Project]:
-    if not getattr(user, "is_authenticated", False):
-        return Project.objects.none()
-    return (Project.objects.filter(Q(owner=user) | Q(memberships__user=user)).distinct()
-            .annotate(run_count=Count("runs", distinct=True)))
-
-
-def project_get(*, user, project_id: int, role: str = Role.VIEWER) -> Project:
-    project = Project.objects.filter(pk=project_id).first()
-    if project is None:
-        raise Http404("no such project")
-    require_role(user=user, project=project, role=role)
-    return project
-
-
-def project_role(*, user, project: Project) -> str | None:
-    return role_of(user=user, project=project)
-
-
-def project_members(*, project: Project) -> QuerySet[Membership]:
-    return project.memberships.select_related("user").order_by("user__username")
-
-
-def in_project_get(*, user, model: type[M], pk: int, role: str = Role.VIEWER, path: str = "project") -> M:
-    """Any object under a project (`path` is the lookup to its project), checked against the user's role."""
-    obj = model.objects.select_related(path).filter(pk=pk).first()
-    if obj is None:
-        raise Http404("not found")
-    project = obj
-    for part in path.split("__"):
-        project = getattr(project, part)
-    require_role(user=user, project=project, role=role)
-    return obj
-
-
-def user_project_ids(*, user) -> QuerySet:
-    return projects_for_user(user=user).values("id")
-
-
-def for_user(*, user, queryset: QuerySet[M], path: str = "project") -> QuerySet[M]:
-    """Restricts a queryset to objects in projects the user belongs to (API list endpoints)."""
-    return queryset.filter(**{f"{path}__in": Project.objects.filter(
-        Q(owner=user) | Q(memberships__user=user)).values("id")})
-
-
-def run_get(*, user, run_id: int, role: str = Role.VIEWER) -> Run:
-    run = (Run.objects.select_related("project", "agent", "scenario_set", "rubric_version__rubric", "judge_config")
-           .filter(pk=run_id).first())
-    if run is None:
-        raise Http404("no such run")
-    require_role(user=user, project=run.project, role=role)
-    return run
-
-
-def run_visible(*, user, run_id: int) -> bool:
-    try:
-        run_get(user=user, run_id=run_id)
-    except Http404:
-        return False
-    return True
-
+from webapp.models import Project, Run, RunEvent, Step, Trajectory, TrajectoryGroup
 
 def runs_for_project(*, project: Project, search: str = "") -> QuerySet[Run]:
     """For lists: a run's config JSON (every option, prompts, scenarios' settings) stays in the database;
@@ -86,10 +19,6 @@ def runs_for_project(*, project: Project, search: str = "") -> QuerySet[Run]:
     return (runs.select_related("agent", "scenario_set").defer("config", "agent__environment_options")
             .annotate(judged=ExpressionWrapper(judged, output_field=BooleanField()))
             .order_by("-created_at", "-id"))
-
-
-def run_project_id(*, run_id: int) -> int | None:
-    return Run.objects.filter(pk=run_id).values_list("project_id", flat=True).first()
 
 
 def run_events_after(*, run_id: int, after: int, limit: int = 5000) -> list[dict[str, Any]]:
@@ -150,19 +79,6 @@ def _matching_trajectories(*, run: Run, q: str = "", step: int | None = None, la
     return qs
 
 
-def group_get(*, user, group_id: int, role: str = Role.VIEWER) -> TrajectoryGroup:
-    group = in_project_get(user=user, model=TrajectoryGroup, pk=group_id, path="run__project", role=role)
-    return group
-
-
-def trajectory_get(*, user, trajectory_id: int, role: str = Role.VIEWER) -> Trajectory:
-    return in_project_get(user=user, model=Trajectory, pk=trajectory_id, path="group__run__project", role=role)
-
-
-def checkpoint_get(*, user, checkpoint_id: int) -> Checkpoint:
-    return in_project_get(user=user, model=Checkpoint, pk=checkpoint_id, path="run__project")
-
-
 def run_chart_data(*, run: Run) -> dict[str, Any]:
     """The reward curves so far, in the same shape the live stream appends to (see static/webapp/run.js)."""
     points = []
@@ -183,16 +99,6 @@ def run_judge_cost(*, run: Run) -> dict[str, Any]:
     known = [c for c in costs if c is not None]
     return {"calls": len(costs), "cost_usd": sum(known) if known else None, "unpriced": len(costs) - len(known),
             "cache_hits": run.judge_calls.filter(cached=True).count()}
-
-
-def catalogue_for_project(*, project: Project) -> dict[str, QuerySet]:
-    return {
-        "agents": Agent.objects.filter(project=project),
-        "scenario_sets": ScenarioSet.objects.filter(project=project).annotate(
-            n=Count("scenarios", filter=Q(scenarios__retired=False))),
-        "rubrics": Rubric.objects.filter(project=project).annotate(n=Count("versions")),
-        "judges": JudgeConfig.objects.filter(project=project),
-    }
 
 
 def _fork_origin(run: Run) -> str:
@@ -256,25 +162,3 @@ def run_settings(*, run: Run) -> list[dict[str, Any]]:
     for section in sections:
         section["rows"] = [(k, v) for k, v in section["rows"] if v not in (None, "")]
     return sections
-
-
-def rubric_versions(*, rubric: Rubric) -> list[Any]:
-    """Newest first, each with the runs that used it (a version is frozen into a run at launch)."""
-    versions = list(rubric.versions.select_related("created_by").order_by("-number")
-                    .prefetch_related(Prefetch("run_set", queryset=Run.objects.order_by("-created_at", "-id"))))
-    return versions
-
-
-def rubric_version_diff(*, rubric: Rubric, old: str | None, new: str | None) -> dict[str, Any] | None:
-    """Word-level diff of two versions (by number; default: the one before the latest against the latest)."""
-    from webapp.review_selectors import answer_diff
-
-    numbers = list(rubric.versions.order_by("-number").values_list("number", flat=True))
-    if len(numbers) < 2:
-        return None
-    b = int(new) if (new or "").isdigit() and int(new) in numbers else numbers[0]
-    a = int(old) if (old or "").isdigit() and int(old) in numbers else None
-    a = a or next((n for n in numbers if n < b), numbers[-1])
-    va, vb = rubric.versions.get(number=a), rubric.versions.get(number=b)
-    return {"old": va, "new": vb, "numbers": numbers, "segments": answer_diff(va.text, vb.text),
-            "criteria_changed": va.criteria != vb.criteria}

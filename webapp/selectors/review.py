@@ -16,7 +16,7 @@ from django.http import Http404
 
 from judging.agreement import compare
 from webapp.models import Project, Rescore, Run, ScoreOverride, Trajectory, TrajectoryGroup
-from webapp.reward_selectors import group_explanations, group_scenario, groups_view, trajectory_rewards
+from webapp.selectors.rewards import group_explanations, group_scenario, groups_view, trajectory_rewards
 
 MAX_COLUMNS = 6
 

@@ -1,0 +1,39 @@
+"""Reads of a project's catalogue: agents, scenario sets, rubrics and their versions."""
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Count, Prefetch, Q, QuerySet
+
+from webapp.models import Agent, JudgeConfig, Project, Rubric, Run, ScenarioSet
+
+def catalogue_for_project(*, project: Project) -> dict[str, QuerySet]:
+    return {
+        "agents": Agent.objects.filter(project=project),
+        "scenario_sets": ScenarioSet.objects.filter(project=project).annotate(
+            n=Count("scenarios", filter=Q(scenarios__retired=False))),
+        "rubrics": Rubric.objects.filter(project=project).annotate(n=Count("versions")),
+        "judges": JudgeConfig.objects.filter(project=project),
+    }
+
+
+def rubric_versions(*, rubric: Rubric) -> list[Any]:
+    """Newest first, each with the runs that used it (a version is frozen into a run at launch)."""
+    versions = list(rubric.versions.select_related("created_by").order_by("-number")
+                    .prefetch_related(Prefetch("run_set", queryset=Run.objects.order_by("-created_at", "-id"))))
+    return versions
+
+
+def rubric_version_diff(*, rubric: Rubric, old: str | None, new: str | None) -> dict[str, Any] | None:
+    """Word-level diff of two versions (by number; default: the one before the latest against the latest)."""
+    from webapp.selectors.review import answer_diff
+
+    numbers = list(rubric.versions.order_by("-number").values_list("number", flat=True))
+    if len(numbers) < 2:
+        return None
+    b = int(new) if (new or "").isdigit() and int(new) in numbers else numbers[0]
+    a = int(old) if (old or "").isdigit() and int(old) in numbers else None
+    a = a or next((n for n in numbers if n < b), numbers[-1])
+    va, vb = rubric.versions.get(number=a), rubric.versions.get(number=b)
+    return {"old": va, "new": vb, "numbers": numbers, "segments": answer_diff(va.text, vb.text),
+            "criteria_changed": va.criteria != vb.criteria}
