@@ -8,6 +8,7 @@ import random
 import pytest
 
 from training.config import SamplingConfig
+from training.demo import HELD_OUT
 from training.environments.base import RolloutConfig
 from training.environments.chat import ChatOptions
 from training.evaluation import (EvaluationConfig, Evaluator, ScenarioComparison, bootstrap_interval, pair_wins,
@@ -178,7 +179,7 @@ def test_a_checkpoint_is_evaluated_on_demand_against_an_earlier_one(tiny_model_d
                                              baseline=str(ckpt / "step_0001")))
     [event] = [e for e in events if isinstance(e, EvaluationFinished)]
     assert (event.step, event.model, event.baseline) == (2, "t@eval", "t@baseline")
-    assert result["eval_comparisons"] == 8 and result["eval_unscored"] == 0
+    assert result["eval_comparisons"] == HELD_OUT and result["eval_unscored"] == 0  # one answer a side
     (tmp_path / "c.json").write_text(config.model_dump_json())
     assert main(["evaluate", "--config", str(tmp_path / "c.json"), "--baseline", str(tmp_path)]) == 2
     assert "holds no adapter" in capsys.readouterr().err
