@@ -15,7 +15,7 @@ from training.events import JudgeUsage
 from training.loop import group_event, score_group
 from training.types import Scenario, Trajectory as EngineTrajectory, TrajectoryGroup as EngineGroup
 from webapp.live.ingest import run_event_ingest
-from webapp.models import RunEvent, RunStatus, Trajectory
+from webapp.models import Run, RunEvent, RunStatus, Trajectory
 
 pytestmark = pytest.mark.django_db
 
@@ -158,7 +158,7 @@ def test_the_export_carries_the_review_reads_in_the_judging_cli_and_round_trips(
     stored = {t["id"]: t["review"] for t in exported["trajectories"]}
     assert stored["A"] | {"overrides": None} == {
         "rank": 3, "judge_score": 0.9, "explanation": "judged 0.9", "criteria": {}, "env_reward": None,
-        "human_score": 0.0, "reward": 0.0, "trained_reward": None, "advantage": 0.0, "overrides": None}
+        "human_score": 0.0, "reward": 0.0, "trained_reward": None, "advantage": None, "overrides": None}
     (override,) = stored["A"]["overrides"]
     assert {k: override[k] for k in ("kind", "before", "after", "reason", "user", "applies_to_training")} == {
         "kind": "score", "before": None, "after": 0.0, "reason": "invents a refund policy",
@@ -180,3 +180,29 @@ def test_the_export_carries_the_review_reads_in_the_judging_cli_and_round_trips(
                  "--no-cache", "--no-shuffle"])
     out = capsys.readouterr().out
     assert code == 0 and "A  0.200  (stored reward 0.000, human 0.000)" in out and "C  0.800  (stored reward" in out
+
+
+def test_an_override_before_the_step_trains_shows_no_stale_advantage_until_the_engine_recomputes_it(client):
+    from webapp.services.review import trajectory_override
+
+    run = run_factory(status=RunStatus.AWAITING_REVIEW, review_gate=True)
+    a, b, c = _scored(run, [0.9, 0.3, 0.6])
+    Trajectory.objects.filter(pk__in=[a.pk, b.pk, c.pk]).update(advantage=0.3)  # as the engine sent them
+    owner = run.project.owner
+    trajectory_override(user=owner, trajectory=a, score=0.0, reason="invents a refund policy")
+    assert list(Trajectory.objects.filter(group=a.group).values_list("advantage", flat=True)) == [None] * 3
+    _login(client, owner)
+    card = client.get(f"/runs/{run.id}/").content.decode().split(f'id="group-{a.group_id}"')[1]
+    assert '<td class="advantage">0.300</td>' not in card
+    assert _api(owner).get(f"/api/trajectories/{a.id}/").json()["advantage"] is None
+
+    run_event_ingest(run_id=run.id, event={"kind": "review_applied", "step": 1, "groups": [
+        {"group_index": 0, "rewards": [0.0, 0.3, 0.6], "advantages": [-0.3, 0.0, 0.3], "skipped": False}]})
+    a.refresh_from_db()
+    assert a.advantage == pytest.approx(-0.3)
+
+    # Once the step is handed to training, a change is a label only: the advantages that trained stay.
+    Run.objects.filter(pk=run.pk).update(reviewed_through_step=1)
+    trajectory_override(user=owner, trajectory=b, score=1.0, reason="the only faithful answer")
+    a.refresh_from_db()
+    assert a.advantage == pytest.approx(-0.3)

@@ -56,7 +56,7 @@ def _set(*, user, run: Run, trajectory: Trajectory, after: float | None, kind: s
         user=user if getattr(user, "is_authenticated", False) else None)
 
 
-def _group_follow_effective(group: TrajectoryGroup) -> None:
+def _group_follow_effective(group: TrajectoryGroup, run: Run) -> None:
     """After a human change: the group's ranks (1 = best, unrewarded last) and its reward mean / std follow
     the effective rewards, the ones its step trains on, instead of staying in the judge's order."""
     # Fresh rows, not a prefetch the caller may hold from before the change.
@@ -64,7 +64,14 @@ def _group_follow_effective(group: TrajectoryGroup) -> None:
                      key=lambda t: (t.effective_reward is None, -(t.effective_reward or 0.0), t.index))
     for rank, t in enumerate(members, start=1):
         t.rank = rank
-    Trajectory.objects.bulk_update(members, ["rank"])
+    fields = ["rank"]
+    if group.step_index > run.reviewed_through_step:
+        # The advantages the engine computed from the judge's scores are stale now; it recomputes them from the
+        # effective rewards when the step trains (ReviewApplied). Until then no page shows a number for them.
+        for t in members:
+            t.advantage = None
+        fields.append("advantage")
+    Trajectory.objects.bulk_update(members, fields)
     rewards = [t.effective_reward for t in members if t.effective_reward is not None]
     group.reward_mean = statistics.fmean(rewards) if rewards else None
     group.reward_std = statistics.pstdev(rewards) if rewards else None
@@ -89,7 +96,7 @@ def trajectory_override(*, user, trajectory: Trajectory, score: float | None, re
             raise ValidationError({"score": ["there is no override to remove"]})
         kind = ScoreOverride.Kind.CLEAR if score is None else ScoreOverride.Kind.SCORE
         override = _set(user=user, run=locked, trajectory=trajectory, after=score, kind=kind, reason=reason)
-        _group_follow_effective(trajectory.group)
+        _group_follow_effective(trajectory.group, locked)
         run_override_publish(run_id=run.id, group_id=trajectory.group_id, step=trajectory.group.step_index)
         return override
 
@@ -114,7 +121,7 @@ def group_reorder(*, user, group: TrajectoryGroup, order: list[int], reason: str
             if trajectory.override_score != value:
                 changes.append(_set(user=user, run=locked, trajectory=trajectory, after=value,
                                     kind=ScoreOverride.Kind.REORDER, reason=reason))
-        _group_follow_effective(group)
+        _group_follow_effective(group, locked)
         if changes:
             run_override_publish(run_id=run.id, group_id=group.id, step=group.step_index)
         return changes
