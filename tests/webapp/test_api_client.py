@@ -83,6 +83,8 @@ def test_a_client_that_knows_only_the_schema_launches_a_run_reads_its_steps_and_
         judge_config = api("judge_configs_create", body={"project": project["id"], "name": "double",
                                                          "model": "openai/judge", "api_base": judge.api_base,
                                                          "api_key": "test"})
+        judge.queue({"scores": [{"trajectory_id": "1", "explanation": "right", "score": 1.0},
+                                {"trajectory_id": "2", "explanation": "wrong", "score": 0.0}]})  # launch's test
         run = api("runs_create", body={"project": project["id"], "name": "typed run", "agent": agent["id"],
                                        "scenario_set": scenario_set["id"], "judge_config": judge_config["id"],
                                        "rubric_version": rubric["versions"][0]["id"], "steps": 2, "group_size": 2,

@@ -82,7 +82,7 @@ def _launch_fields(client, project) -> dict:
 
 def test_launching_again_from_a_fresh_form_warns_links_the_first_run_and_launches_only_if_asked(client):
     project = project_factory()
-    agent_factory(project=project)
+    agent_factory(project=project, environment_options={"exact_match": True})  # scores itself: no judge
     scenario_set_factory(project=project)
     client.force_login(project.owner)
     first = client.post(reverse("run-launch", args=[project.id]), _launch_fields(client, project))
@@ -115,7 +115,7 @@ def test_an_identical_launch_by_another_member_or_after_the_window_is_not_a_dupl
     from webapp.services.runs import DUPLICATE_WINDOW
 
     project = project_factory()
-    agent_factory(project=project)
+    agent_factory(project=project, environment_options={"exact_match": True})  # scores itself: no judge
     scenario_set_factory(project=project)
     client.force_login(project.owner)
     assert client.post(reverse("run-launch", args=[project.id]), _launch_fields(client, project)).status_code == 302
