@@ -3,6 +3,7 @@ And settings that refuse bad environment values at start."""
 from __future__ import annotations
 
 import os
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -34,8 +35,21 @@ def test_the_demo_command_trains_the_tiny_model_end_to_end_on_the_embedded_defau
     assert db.execute("select status, steps_done from webapp_run").fetchall() == [("completed", 1)]
     kinds = {k for (k,) in db.execute("select kind from webapp_runevent")}
     assert {"run_started", "group_scored", "step_finished", "checkpoint_saved", "run_finished"} <= kinds
-    assert "evaluation" in kinds  # the demo holds out 8 positions; the last step is always evaluated
+    assert "evaluation" in kinds  # the demo holds out 24 positions; the last step is always evaluated
     assert db.execute("select count(*) from webapp_trajectory").fetchone()[0] == 32  # 4 groups of 8
+
+
+def test_the_demo_with_a_judge_that_does_not_answer_stops_with_a_sentence_and_queues_nothing(tmp_path,
+                                                                                            tiny_model_dir):
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    result = _manage(tmp_path, "studio_demo", "--steps", "1", "--model-dir", str(tiny_model_dir), timeout=120,
+                     JUDGE_MODEL="openai/judge",
+                     JUDGE_API_BASE=f"http://127.0.0.1:{port}/v1", OPENAI_API_KEY="test")
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert "the demo run was not launched" in result.stderr and "judge" in result.stderr
+    assert sqlite3.connect(tmp_path / "studio.sqlite3").execute("select count(*) from webapp_run").fetchone() == (0,)
 
 
 @pytest.mark.parametrize("name, value, message", [

@@ -15,6 +15,7 @@ from pathlib import Path
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
+from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
@@ -68,14 +69,18 @@ class Command(BaseCommand):
                              split=Scenario.Split.VALIDATION if s.id in held_out else Scenario.Split.TRAIN)
                     for s in demo.scenarios)
             judge, rubric_version = self._judge(user, project)
-            run = run_launch(
-                user=user, project=project, name=f"demo-{project.runs.count() + 1}", agent=agent,
-                scenario_set=scenario_set, rubric_version=rubric_version, judge_config=judge, steps=steps,
-                group_size=demo.grpo.group_size, groups_per_step=demo.grpo.groups_per_step,
-                learning_rate=demo.grpo.learning_rate, seed=demo.seed,
-                overrides={"lora": demo.lora.model_dump(), "grpo": {"micro_batch_size": demo.grpo.micro_batch_size,
-                                                                     "max_grad_norm": demo.grpo.max_grad_norm},
-                           "evaluation": {"every": demo.evaluation.every, "samples": demo.evaluation.samples}})
+            try:
+                run = run_launch(
+                    user=user, project=project, name=f"demo-{project.runs.count() + 1}", agent=agent,
+                    scenario_set=scenario_set, rubric_version=rubric_version, judge_config=judge, steps=steps,
+                    group_size=demo.grpo.group_size, groups_per_step=demo.grpo.groups_per_step,
+                    learning_rate=demo.grpo.learning_rate, seed=demo.seed,
+                    overrides={"lora": demo.lora.model_dump(),
+                               "grpo": {"micro_batch_size": demo.grpo.micro_batch_size,
+                                        "max_grad_norm": demo.grpo.max_grad_norm},
+                               "evaluation": {"every": demo.evaluation.every, "samples": demo.evaluation.samples}})
+            except ValidationError as err:  # e.g. the judge named by JUDGE_MODEL does not answer
+                raise CommandError("the demo run was not launched: " + " ".join(err.messages)) from None
         url = f"http://{host}:{port}/runs/{run.id}/"
         self.stdout.write(self.style.SUCCESS("Rubric Studio demo"))
         self.stdout.write(f"  user:     {user.username}")
