@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -129,6 +130,15 @@ def _assert_page_matches_api_and_export(shown: dict, api: dict, export: list[dic
     assert compared == len(EXPORT_FIELDS) * sum(len(line["trajectories"]) for line in export) > 0
 
 
+def _in_own_connection(fn, **kwargs) -> None:
+    from django.db import connections
+
+    try:
+        fn(**kwargs)
+    finally:
+        connections.close_all()
+
+
 def _tiny_project(tiny_model_dir: Path):
     from training.tiny_model import DEMO_SYSTEM_PROMPT, DEMO_USER_MESSAGE
 
@@ -184,14 +194,23 @@ def test_the_live_run_page_equals_the_reloaded_page_the_api_and_the_export_throu
         waiting = run_factory(project=project, name="waiting", status=RunStatus.QUEUED)
         expect(page.locator("#run-phase")).to_contain_text("resume continues from the step", timeout=60_000)
         page.screenshot(path=str(SHOTS / "live-truth-parked.png"), full_page=True)
-        run_services.run_cancel(user=project.owner, run=waiting)
+        # From another thread: this one runs Playwright's event loop, which the cancel's live message must not use.
+        cancel = threading.Thread(target=_in_own_connection, args=(run_services.run_cancel,),
+                                  kwargs={"user": project.owner, "run": waiting})
+        cancel.start()
+        cancel.join()
 
         # Meanwhile a person overrides a step-1 score in another tab: the live card follows.
-        group = run.groups.filter(step_index=1).order_by("index").first()
+        # (a scored answer: one whose rollout failed has no reward to override, and the page says so)
+        scored = [t for g in run.groups.filter(step_index=1).order_by("index") for t in g.trajectories.all()
+                  if t.reward is not None]
+        assert scored, list(run.groups.filter(step_index=1).values("errors", "scoring_error"))
+        target = scored[-1]
+        group = target.group
         review = browser.new_page(viewport={"width": 1400, "height": 1000})
         log_in(review, server, project.owner.username)
         review.goto(f"{server}/groups/{group.id}/")
-        column = review.locator(".column").last
+        column = review.locator(f"#col-{target.id}")
         column.locator("input[name=score]").fill("0")
         column.locator("input[name=reason]").fill("an illegal move")
         column.locator(".override-form button").click()

@@ -166,6 +166,34 @@ def test_a_run_paused_by_a_monitor_lets_a_queued_run_use_the_worker_and_resumes_
     assert paused.events.filter(kind="run_started", payload__resumed=True).exists()
 
 
+def test_a_run_paused_while_its_step_checkpoints_parks_only_after_the_step_with_every_result_recorded(
+        inprocess_executor, scripted_engine):
+    from pathlib import Path
+
+    project = project_factory()
+    run = _launch(project, phase_s=0.5)
+    moment = Path(run.output_dir) / "moment"
+    wait_for(lambda: moment.exists() and moment.read_text() == "2:checkpoint", interval=0.02,
+             message="step 2 to write its checkpoint")
+    run_services.run_pause(user=project.owner, run=run)
+    waiting = _launch(project, phase_s=0.05)
+    wait_for(lambda: Run.objects.get(pk=waiting.pk).status == RunStatus.COMPLETED, timeout=60,
+             message="the queued run to run while the other is parked")
+    run.refresh_from_db()
+    # Step 2 was neither cut before its checkpoint (redone on resume) nor after it (its results lost): the
+    # engine stopped at the next phase boundary, and every step it finished is recorded with its metrics.
+    assert run.status == RunStatus.PAUSED and run.steps_done == 2
+    assert [(s.index, s.metrics["reward_mean"]) for s in run.steps.order_by("index")] == [(1, 0.4), (2, 0.5)]
+    assert sorted(run.checkpoints.values_list("step_index", flat=True)) == [1, 2]
+    assert "resume continues from the step 2 checkpoint" in run.phase
+    assert not run.events.filter(kind="run_finished").exists()  # parked, not cancelled
+    run_services.run_resume(user=project.owner, run=run)
+    wait_for(lambda: Run.objects.get(pk=run.pk).status == RunStatus.COMPLETED, timeout=60,
+             message="the resumed run to finish")
+    assert [s.index for s in run.steps.order_by("index")] == [1, 2, 3, 4]
+    assert run.events.get(kind="run_started", payload__resumed=True).payload["start_step"] == 3
+
+
 def test_a_parked_paused_run_is_cancelled_at_once(inprocess_executor, scripted_engine):
     project = project_factory()
     paused = _launch(project, alert_at_step=1, phase_s=0.05)

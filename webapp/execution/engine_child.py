@@ -7,7 +7,8 @@ rank 0 reads stdin and reports, and the other ranks train what rank 0 sends them
 
 It never imports Django. Protocol with the parent:
 - stdin, first line: {"config": RunConfig JSON, "engine": "module:function"}; later lines: {"control": state}
-  or {"review": {"step": N, "rewards": {"<group index>": [effective reward per trajectory, or null]}}}, the
+  (run | pause | cancel, or park: stop at the next phase boundary like a cancel, without reporting the run as
+  cancelled, for the parent to park it) or {"review": {"step": N, "rewards": {"<group index>": [effective reward per trajectory, or null]}}}, the
   parent's answer to a `review_requested` event (sent at once, or after a person approved the step's review).
   stdin closing means the parent died: the run is cancelled at the next phase boundary and the process exits.
 - EVENTS_FD: one JSON event per line (`event.to_dict()`), flushed as emitted.
@@ -88,7 +89,7 @@ def review_hook(mailbox: ReviewMailbox, control: StaticControl):
     return review
 
 
-def _follow_control(control: StaticControl, mailbox: ReviewMailbox) -> None:
+def _follow_control(control: StaticControl, mailbox: ReviewMailbox, parking: threading.Event) -> None:
     for line in sys.stdin:
         try:
             message = json.loads(line)
@@ -97,12 +98,27 @@ def _follow_control(control: StaticControl, mailbox: ReviewMailbox) -> None:
                 mailbox.put(message["review"])
         except (ValueError, AttributeError, KeyError, TypeError):
             continue
-        if state in ("run", "pause", "cancel"):
+        if state == "park":  # stop at the next phase boundary as a cancel does, but the run goes on later
+            parking.set()
+            control.set("cancel")
+        elif state in ("run", "pause", "cancel") and not parking.is_set():
             control.set(state)
     control.set("cancel")
     timer = threading.Timer(PARENT_GONE_GRACE_S, lambda: os._exit(3))
     timer.daemon = True
     timer.start()
+
+
+def _unless_parked(writer: Any, parking: threading.Event) -> Any:
+    """The sink: every event, except that an engine stopped for parking does not report its run as cancelled
+    (the parent parks the run, which Resume continues)."""
+
+    def sink(event: Any) -> None:
+        data = event if isinstance(event, dict) else event.to_dict()
+        if not (parking.is_set() and data.get("kind") == "run_finished" and data.get("status") == "cancelled"):
+            writer(data)
+
+    return sink
 
 
 def _load(path: str):
@@ -134,9 +150,11 @@ def main() -> int:
             os.dup2(2, 1)
         else:
             events_fd = int(args.events)
-        writer = _EventWriter(events_fd)
+        parking = threading.Event()
+        writer = _unless_parked(_EventWriter(events_fd), parking)
         mailbox = ReviewMailbox()
-        threading.Thread(target=_follow_control, args=(control, mailbox), daemon=True, name="control").start()
+        threading.Thread(target=_follow_control, args=(control, mailbox, parking), daemon=True,
+                         name="control").start()
     try:
         from training.config import parse_run_config
 

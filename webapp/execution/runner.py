@@ -40,6 +40,7 @@ from webapp.services.secrets import secret_decrypt
 
 log = logging.getLogger(__name__)
 POLL_S = 0.25
+PARK_GRACE_S = 600.0  # how long a paused engine asked to stop for parking may take to reach a phase boundary
 INGEST_RETRY_S = (0.5, 1.0, 2.0, 4.0, None)  # waits between attempts to record an event; None: give up
 # The web app's own secrets: the engine never needs them, and runs code a project configured.
 APP_SECRETS = ("SECRET_KEY", "STUDIO_ENCRYPTION_KEY", "DATABASE_URL", "REDIS_URL")
@@ -150,7 +151,10 @@ def run_execute(*, run_id: int, worker: str) -> str:
     try:
         if processes == 1:
             _write(proc, spec)
-        _pump(proc, read_fd, run_id=run_id, worker=worker)
+        # Parked as soon as the engine's events end, not after its exit: tearing down a model and a server can
+        # take longer than the reaper waits for a heartbeat.
+        parked = _pump(proc, read_fd, run_id=run_id, worker=worker) and \
+            run_control_state(run_id=run_id, worker=worker) != "cancel" and run_park(run_id=run_id, worker=worker)
     finally:
         os.close(read_fd)
         if proc.stdin and not proc.stdin.closed:
@@ -162,7 +166,8 @@ def run_execute(*, run_id: int, worker: str) -> str:
             code = proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             code = _stop(proc)
-    run_finish_after_engine(run_id=run_id, worker=worker, exit_code=code, log_tail=_tail(log_path))
+    if not parked:
+        run_finish_after_engine(run_id=run_id, worker=worker, exit_code=code, log_tail=_tail(log_path))
     return Run.objects.values_list("status", flat=True).get(pk=run_id)
 
 
@@ -186,27 +191,25 @@ def _write(proc: subprocess.Popen, message: dict) -> None:
         pass  # the engine already exited; its events (or exit code) say why
 
 
-def _pump(proc: subprocess.Popen, read_fd: int, *, run_id: int, worker: str) -> None:
+def _pump(proc: subprocess.Popen, read_fd: int, *, run_id: int, worker: str) -> bool:
+    """Records the engine's events and passes the run's state on until the engine exits; True when it was
+    asked to stop for parking (the caller then parks the run)."""
     buffer = b""
     sent_state = "run"
     last_beat = time.monotonic()
     review_step: int | None = None  # a step whose review the engine is waiting for
-    # Between a step's checkpoint and its step_finished (adapter load, monitors, evaluation) the engine must not
-    # be stopped to park the run: a resume would start after that checkpoint and the step's metrics be lost.
-    finishing = False
+    park_by: float | None = None  # set once the engine was asked to stop for parking: the deadline to do so
     while True:
         ready, _, _ = select.select([read_fd], [], [], POLL_S)
         if ready:
             chunk = os.read(read_fd, 1 << 16)
             if not chunk:
-                break
+                return park_by is not None
             buffer += chunk
             *lines, buffer = buffer.split(b"\n")
             for line in lines:
                 if line.strip():
                     kind, step = _ingest_line(run_id, line)
-                    if kind in ("checkpoint_saved", "step_finished"):
-                        finishing = kind == "checkpoint_saved"
                     if kind == "review_requested":
                         review_step = step
                     elif kind == "judge_usage":
@@ -234,13 +237,21 @@ def _pump(proc: subprocess.Popen, read_fd: int, *, run_id: int, worker: str) -> 
             # Two engines must never write one run: this one stops now, and the run resumes from its checkpoint.
             log.warning("run %s is no longer %s's; stopping its engine", run_id, worker)
             _stop(proc)
-            return
-        if state == "pause" and not finishing and runs_waiting(besides=run_id):
-            # A paused run must not hold the worker's one run slot while others wait: stop its engine and park
-            # it; Resume queues it again, to continue from its last checkpoint.
-            _stop(proc)
-            run_park(run_id=run_id, worker=worker)
-            return
+            return False
+        if park_by is not None:
+            # The engine stops by itself at its next phase boundary, with its optimizer state saved and every
+            # event written, so no step is cut between its checkpoint and its results. One that does not in time
+            # is stopped; a resume then redoes its step.
+            if now > park_by:
+                log.warning("run %s: the engine did not stop for parking within %s s; stopping it", run_id, PARK_GRACE_S)
+                _stop(proc)
+            continue
+        if state == "pause" and runs_waiting(besides=run_id):
+            # A paused run must not hold the worker's one run slot while others wait: its engine stops, and the
+            # run is parked; Resume queues it again, to continue from its last checkpoint.
+            _write(proc, {"control": "park"})
+            park_by = now + PARK_GRACE_S
+            continue
         if state != sent_state:
             _write(proc, {"control": state})
             sent_state = state
