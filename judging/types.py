@@ -80,6 +80,15 @@ class JudgeCall(_Strict):
                                                       "(nothing was sent, nothing paid).")
     latency_s: float
     transport_retries: int = 0
+    prefix_tokens: int | None = Field(None, description="Tokens of the request's run-constant prefix (reply schema "
+                                      "+ system message: instructions, rubric, criteria, tools), counted locally "
+                                      "with litellm's tokenizer for the judge model; what a prompt cache can serve.")
+    counted_tokens: int | None = Field(None, description="The whole request counted the same way (schema + every "
+                                       "message): `prefix_tokens / counted_tokens` is the cacheable share.")
+    cached_tokens: int | None = Field(None, description="Prompt tokens the provider reported as read from its prompt "
+                                      "cache (billed at the cached-token price); None when it reported nothing.")
+    uncached_cost_usd: float | None = Field(None, description="What the call would have cost with every prompt "
+                                            "token at the full input price; equals `cost_usd` without cache reads.")
     raw_reply: str | None = None
     rejected: str | None = Field(None, description="Why this reply was rejected (a corrective retry followed).")
     cache_hit: bool = False
