@@ -182,9 +182,10 @@ def user_message(shared: Sequence[Message], remainders: Sequence[Sequence[Messag
         limit = _per_trajectory_limit([len(b) for b in bodies], max_chars - frame)
         if limit is not None:
             if limit < _MIN_TRAJECTORY_CHARS:
-                raise JudgeError(f"the judge prompt cannot fit in max_prompt_chars={max_chars}: the instructions, "
-                                 f"rubric, tools, shared context and reference take {frame} characters, leaving {max(limit, 0)} per "
-                                 "trajectory; raise max_prompt_chars or shorten the shared context")
+                raise JudgeError(f"the judge prompt cannot fit in max_prompt_chars: beside the instructions, rubric "
+                                 f"and tools, {max_chars} characters are left; the shared context and reference take "
+                                 f"{frame} of them, leaving {max(limit, 0)} per trajectory; raise max_prompt_chars or "
+                                 "shorten the shared context")
             cut = [i for i, b in enumerate(bodies) if len(b) > limit]
             bodies = [cut_middle(b, limit) for b in bodies]
     blocks = [f'<trajectory id="{i}">\n{b}\n</trajectory>' for i, b in enumerate(bodies, start=1)]

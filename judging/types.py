@@ -132,4 +132,17 @@ class GroupJudgement(_Strict):
 
     def summary(self) -> dict[str, Any]:
         return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
-                "cost_usd": self.cost_usd, "requests": len(self._fresh()), "cache_hit": self.cache_hit}
+                "cost_usd": self.cost_usd, "requests": len(self._fresh()), "cache_hit": self.cache_hit,
+                **prompt_cache_summary(self._fresh())}
+
+
+def prompt_cache_summary(calls: list[JudgeCall]) -> dict[str, Any]:
+    """Prompt caching over requests really sent: the share of their (locally counted) tokens that is the
+    run-constant prefix, the prompt tokens the provider served from its cache, and the price without that
+    discount (None when any call's price is unknown: a partial sum would read as a saving)."""
+    counted = [c for c in calls if c.prefix_tokens is not None and c.counted_tokens]
+    prefix, total = sum(c.prefix_tokens or 0 for c in counted), sum(c.counted_tokens or 0 for c in counted)
+    uncached = [c.uncached_cost_usd for c in calls]
+    return {"cacheable_share": prefix / total if total else None,
+            "cached_tokens": sum(c.cached_tokens or 0 for c in calls),
+            "uncached_cost_usd": None if not calls or None in uncached else sum(u or 0.0 for u in uncached)}

@@ -1,4 +1,5 @@
-"""An OpenAI-compatible judge API double: a real HTTP server in a thread that answers `/v1/chat/completions`.
+"""An OpenAI-compatible judge API double: a real HTTP server in a thread that answers `/v1/chat/completions`
+(and Anthropic's `/v1/messages`, for `anthropic/` models pointed at `double.url`).
 
 Tests drive the judge through real litellm and real HTTP against it; nothing of ours is mocked (DESIGN §6).
 
@@ -9,6 +10,9 @@ Tests drive the judge through real litellm and real HTTP against it; nothing of 
         double.fail_next(429, times=2)                  # inject HTTP errors before the next replies
         await judging.ruler(lists, double.model, extra_litellm_params=double.litellm_params)
         double.requests[0].body["messages"]             # every request is recorded
+
+`double.usage = (prompt, completion)` sets the tokens every reply reports and `double.cached_tokens` how many
+of the prompt tokens it says the provider's prompt cache served.
 
 When the queue is empty the double calls its `responder` (a function of the request), e.g.
 `JudgeDouble(responder=JudgeDouble.score_by(rule))`, which finds the trajectory blocks in the judge prompt and
