@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import os
 import random
 import time
@@ -118,20 +119,27 @@ def with_cache_mark(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{**first, "content": [block]}, *messages[1:]]
 
 
+@functools.lru_cache(maxsize=256)
+def _tokens(model: str, text: str) -> int:
+    # The schema and the system message are the same on every call of a run: counted once.
+    return int(_load_litellm().token_counter(model=model, text=text)) if text else 0
+
+
 def count_prefix(model: str, messages: list[dict[str, Any]],
                  response_format: dict[str, Any] | type[BaseModel]) -> tuple[int | None, int | None]:
     """(prefix tokens, request tokens) counted locally with litellm's tokenizer for `model`: the reply schema and
     the system message, and the schema and every message. The same tokenizer on both sides, so their ratio is
     the request's cacheable share whatever the provider's per-message framing. (None, None) if it cannot count."""
-    litellm = _load_litellm()
     schema = canonical(response_format if isinstance(response_format, dict) else response_format.model_json_schema())
-    texts = [str(m.get("content") or "") for m in messages]
+    system = messages[0] if messages and messages[0].get("role") == "system" else None
+    rest = messages[1:] if system is not None else messages
     try:
-        count = [litellm.token_counter(model=model, text=t) if t else 0 for t in [schema, *texts]]
+        prefix = _tokens(model, schema) + (_tokens(model, str(system.get("content") or "")) if system else 0)
+        total = prefix + sum(int(_load_litellm().token_counter(model=model, text=str(m.get("content") or "")))
+                             for m in rest if m.get("content"))
     except Exception:  # a tokenizer that is not available offline: no count rather than a wrong one
         return None, None
-    prefix = count[0] + (count[1] if messages and messages[0].get("role") == "system" else 0)
-    return prefix, sum(count)
+    return prefix, total
 
 
 def _cached_tokens(usage: Any) -> int | None:
