@@ -19,6 +19,13 @@
    from our venv) and the package's heavy `__init__` (trainer, torch) is replaced by the three names the
    module reads (its annotations' types and the metrics builder it looks up after each call). Without
    `.venv-art` this section says so and is skipped.
+4. The cacheable prefix per judge request: the tokens of the run-constant part of the request (reply schema and
+   system message: instructions, rubric, tools), as each call records them (`JudgeCall.prefix_tokens` /
+   `counted_tokens`, litellm's tokenizer), for three workloads: the demo's 2048 groups (G = 8, 6 moves, the demo
+   rubric), groups of the MCP mailbox played for real over stdio by a scripted agent (G = 4, with its 3 tools),
+   and the RULER comparison's groups above (G = 4, 8, 16). "before" is the part that was shared before the
+   prompt was reordered for caching (schema, instructions, rubric and the count of scores, which ended the
+   system message; the tools sat after the per-group context), at its best: for groups of equal size.
 Both are printed as ratios against the baseline measured in the same run.
 """
 from __future__ import annotations
@@ -27,6 +34,7 @@ import asyncio
 import importlib.util
 import json
 import os
+import random
 import subprocess
 import sys
 import time
@@ -160,6 +168,99 @@ async def bench_throughput(n_groups: int = 32, latency_s: float = 0.05, concurre
         proc.wait(timeout=10)
 
 
+DEMO_RUBRIC = ("Score each attempt at the 2048 move. A legal move that keeps the board open beats an illegal or "
+               "malformed one; answers must use the requested format and nothing else.")  # studio_demo's rubric
+
+
+def demo_groups(n_groups: int = 3, size: int = 8, turns: int = 6) -> list[list[list[dict[str, Any]]]]:
+    """Groups shaped like the demo's: one starting board per group (as the environment seeds it), each
+    attempt a different sequence of legal moves, a board shown after each move."""
+    from training.environments import game_2048_rules as rules
+    from training.tiny_model import DEMO_SYSTEM_PROMPT, DEMO_USER_MESSAGE
+
+    groups = []
+    for g in range(n_groups):
+        group = []
+        for t in range(size):
+            rng, choose = random.Random(1000 + g), random.Random(f"{g}:{t}")
+            board = rules.new_board(4, rng)
+            msgs = [{"role": "system", "content": DEMO_SYSTEM_PROMPT},
+                    {"role": "user", "content": f"{DEMO_USER_MESSAGE}\n{rules.render(board)}"}]
+            for _ in range(turns):
+                if not rules.legal_moves(board):
+                    break
+                move = choose.choice(rules.legal_moves(board))
+                msgs.append({"role": "assistant", "content": f"<move>{move}</move>"})
+                board, _ = rules.slide(board, move)
+                rules.spawn(board, rng)
+                msgs.append({"role": "user", "content": f"Board:\n{rules.render(board)}"})
+            group.append(msgs)
+        groups.append(group)
+    return groups
+
+
+async def mailbox_groups(n_groups: int = 3) -> list[tuple[list[list[dict[str, Any]]], list[dict[str, Any]]]]:
+    """(message lists, tools) per group: the mcp environment against the real mailbox server over stdio, driven
+    by a scripted agent that answers right, answers wrong, answers without reading, or searches twice."""
+    from tests.training.scripted_policy import MODEL, scripted_client
+    from training.config import SamplingConfig
+    from training.environments import RolloutConfig, get_environment, parse_options
+    from training.environments.mailbox_server.mailbox import generate
+    from training.types import Scenario
+
+    env = get_environment("mcp")
+    opts = parse_options(env, {"server": {"transport": "stdio", "command": sys.executable,
+                                          "args": ["-m", "training.environments.mailbox_server"]},
+                               "reward": "reference"})
+    system = "You answer questions about the company's email. Use the tools; cite the emails you used."
+
+    def variants(s: Any) -> list[list[Any]]:
+        project = next(w for w in s.question.rstrip("?").split() if w[0].isupper() and w not in ("What", "In"))
+        (source,) = s.source_ids
+        search, read = [("search_inbox", {"keywords": project})], [("read_email", {"id": source})]
+        return [[search, read, [("answer", {"text": f"It is {s.answer}.", "sources": [source]})]],
+                [search, read, [("answer", {"text": "I could not find it.", "sources": []})]],
+                [search, [("answer", {"text": f"Probably {s.answer}.", "sources": [source]})]],
+                [[("search_inbox", {"keywords": "budget"})], search, read,
+                 [("answer", {"text": f"{s.answer}.", "sources": [source]})]]]
+
+    groups = []
+    for s in generate(0)[1][:n_groups]:
+        scenario = Scenario(id=s.id, user_message=s.question, reference=s.answer,
+                            metadata={"source_ids": s.source_ids})
+        trajectories = await asyncio.gather(*[
+            env.rollout(scripted_client(replies), MODEL, scenario, RolloutConfig(system, SamplingConfig(), opts))
+            for replies in variants(s)])
+        groups.append(([t.messages for t in trajectories], trajectories[0].tools))
+    return groups
+
+
+async def bench_prefix_share() -> list[tuple[str, int, int, int, int]]:
+    """(workload, G, prefix tokens before, prefix tokens now, request tokens) per request, from the calls'
+    own records. "before": the schema and the old system message (instructions, rubric, then the count of
+    scores; no tools), counted the same way: the old prefix at its best, for a run whose groups all show the
+    judge the same number of distinct trajectories."""
+    from judging.llm import count_prefix
+    from judging.prompt import count_line, reply_model, response_format, system_message
+
+    fmt = response_format(reply_model(None))
+    workloads: list[tuple[str, list[list[dict[str, Any]]], list[dict[str, Any]] | None, str | None]] = []
+    workloads += [("demo 2048", g, None, DEMO_RUBRIC) for g in demo_groups()]
+    workloads += [("MCP mailbox", g, tools, None) for g, tools in await mailbox_groups()]
+    workloads += [("anchor", [trajectory(i) for i in range(n)], None, None) for n in (4, 8, 16)]
+    rows = []
+    with JudgeDouble(responder=JudgeDouble.score_by(lambda text: min(1.0, len(text) / 5000))) as double:
+        for name, group, tools, rubric in workloads:
+            judgement = await score_group(group, double.model, rubric=rubric, tools=tools, cache=False,
+                                          extra_litellm_params=double.litellm_params)
+            call = judgement.calls[0]
+            system = (system_message(rubric or DEFAULT_RUBRIC, judgement.distinct, None) + "\n\n"
+                      + count_line(judgement.distinct))
+            before, _ = count_prefix(double.model, [{"role": "system", "content": system}], fmt)
+            rows.append((name, len(group), before or 0, call.prefix_tokens or 0, call.counted_tokens or 0))
+    return rows
+
+
 def main() -> None:
     print("Judge prompt tokens per group (cl100k_base, message contents), 3-turn trajectories")
     print(f"{'group size':>10} | {'shared prefix':>13} | {'sent whole':>10} | {'whole / shared':>14}")
@@ -175,6 +276,15 @@ def main() -> None:
         print(f"{'G':>3} | {'ours':>6} | {'RULER':>6} | {'ours / RULER':>12}")
         for n, ours, theirs in asyncio.run(bench_vs_ruler(ruler)):
             print(f"{n:>3} | {ours:>6} | {theirs:>6} | {ours / theirs:>11.3f}x")
+    print()
+    print("Cacheable prefix per judge request (schema + system message, tokens as each call records them)")
+    print(f"{'workload':>12} | {'G':>3} | {'request':>7} | {'prefix before':>13} | {'prefix now':>10} | "
+          f"{'share before':>12} | {'share now':>9}")
+    for name, n, before, now, total in asyncio.run(bench_prefix_share()):
+        print(f"{name:>12} | {n:>3} | {total:>7} | {before:>13} | {now:>10} | {before / total:>11.1%} | "
+              f"{now / total:>8.1%}")
+    print("Providers cache a prefix only from 1,024 tokens (OpenAI; Anthropic Sonnet/Opus; 2,048 on Haiku): a prefix"
+          " below that is cacheable by its place in the request, not yet by its length.")
     print()
     print("Judge throughput against the HTTP double (50 ms per request, own process), 32 groups of 8, best of 3")
     rates = asyncio.run(bench_throughput())

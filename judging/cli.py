@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from judging.core import ConcurrencyLimit, score_group
 from judging.errors import JudgeError
-from judging.types import Criterion, GroupJudgement
+from judging.types import Criterion, GroupJudgement, prompt_cache_summary
 
 
 class StoredOverride(BaseModel):
@@ -126,12 +126,23 @@ def read_groups(path: Path) -> list[GroupLine]:
     return groups
 
 
+def _cache_text(acct: dict[str, Any]) -> str:
+    """The prompt-caching part of a header: the cacheable share, what the provider served from its cache, and
+    the cost at the full input price where caching changed it."""
+    if acct["cacheable_share"] is None:
+        return ""
+    text = f", cacheable prefix {acct['cacheable_share']:.0%}, provider-cached {acct['cached_tokens']} tokens"
+    if acct["uncached_cost_usd"] is not None and acct["cost_usd"] is not None and acct["cached_tokens"]:
+        text += f" (${acct['uncached_cost_usd']:.4f} without the cached-token price)"
+    return text
+
+
 def _format(group: GroupLine, j: GroupJudgement) -> str:
     acct = j.summary()
     cost = "unknown" if acct["cost_usd"] is None else f"${acct['cost_usd']:.4f}"
     head = (f"== {group.id}: {len(j.scores)} trajectories, {acct['requests']} request(s), "
             f"tokens {acct['prompt_tokens']}+{acct['completion_tokens']}, cost {cost}"
-            + (", cached" if j.cache_hit else "") + (", all identical" if j.identical else "")
+            + _cache_text(acct) + (", cached" if j.cache_hit else "") + (", all identical" if j.identical else "")
             + (f", disagreement {j.disagreement:.3f}" if j.disagreement is not None else ""))
     names, stored = group.names(), group.stored()
     ranked = sorted(range(len(j.scores)), key=lambda i: -j.scores[i].score)
@@ -199,7 +210,21 @@ async def _score_all(args: argparse.Namespace) -> int:
             print(json.dumps({"id": g.id, **res.model_dump(), **res.summary()}))
         else:
             print(_format(g, res))
+    judged = [res for _, res in results if not isinstance(res, JudgeError)]
+    if not args.json and len(judged) > 1:
+        print(_total(judged))
     return 1 if failed else 0
+
+
+def _total(judged: list[GroupJudgement]) -> str:
+    """The whole file's judge bill: requests, tokens and cost really paid, and the prompt caching over them."""
+    calls = [c for j in judged for c in j.calls if not c.cache_hit]
+    costs = [c.cost_usd for c in calls]
+    paid = None if None in costs else float(sum(costs))  # type: ignore[arg-type]
+    acct = {"cost_usd": paid, **prompt_cache_summary(calls)}
+    tokens = f"{sum(c.prompt_tokens or 0 for c in calls)}+{sum(c.completion_tokens or 0 for c in calls)}"
+    return (f"== total: {len(judged)} groups, {len(calls)} request(s), tokens {tokens}, cost "
+            + ("unknown" if paid is None else f"${paid:.4f}") + _cache_text(acct))
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -112,7 +112,8 @@ async def _judge_pass(*, pass_index: int, order: list[int], distinct: list[list[
 
     if cache is not None and (hit := cache.get(key)) is not None:
         # Nothing was sent, so nothing was paid: the stored price belongs to the call that filled the cache.
-        calls = [JudgeCall.model_validate({**c, "cache_hit": True, "cost_usd": 0.0}) for c in hit["calls"]]
+        calls = [JudgeCall.model_validate({**c, "cache_hit": True, "cost_usd": 0.0, "uncached_cost_usd": 0.0})
+                 for c in hit["calls"]]
         return to_input({tid: Verdict(**v) for tid, v in hit["verdicts"].items()}), calls, truncated
 
     convo = list(messages)
@@ -129,6 +130,8 @@ async def _judge_pass(*, pass_index: int, order: list[int], distinct: list[list[
         call = JudgeCall(pass_index=pass_index, attempt=attempt, prompt_hash=prompt_hash, order=order,
                          prompt_tokens=raw.prompt_tokens, completion_tokens=raw.completion_tokens,
                          cost_usd=raw.cost_usd, latency_s=raw.latency_s, transport_retries=raw.transport_retries,
+                         prefix_tokens=raw.prefix_tokens, counted_tokens=raw.counted_tokens,
+                         cached_tokens=raw.cached_tokens, uncached_cost_usd=raw.uncached_cost_usd,
                          raw_reply=raw.content)
         calls.append(call)
         try:

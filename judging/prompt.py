@@ -1,11 +1,14 @@
 """The judge prompt for one group, and the reply schema it asks for.
 
-Layout (DESIGN §4): the system message holds the instructions and the rubric; the user message holds what all
-trajectories share once (their common leading messages, the tools, a reference answer), then each
-trajectory's remaining messages tagged `<trajectory id="N">`. Messages are rendered as a plain transcript
-(`role: text`, tool calls as `name(args)`), not as JSON: the same roles, calls and content in fewer tokens.
-Ids are assigned in presentation order (1..N), so an id says nothing about input order; the caller maps them
-back through `order`.
+Layout (DESIGN §4), ordered for providers' prompt caches: everything that is the same for every call of a run
+comes first and the trajectories last. The system message holds the instructions, the rubric, the criteria and
+the tools (run-constant; with the reply schema, the request's cacheable prefix). The user message holds what
+varies per group: what all its trajectories share once (their common leading messages, a reference answer),
+then each trajectory's remaining messages tagged `<trajectory id="N">`, then how many scores to give (N varies
+with the group's distinct trajectories, so it stays out of the prefix). Messages are rendered as a plain
+transcript (`role: text`, tool calls as `name(args)`), not as JSON: the same roles, calls and content in fewer
+tokens. Ids are assigned in presentation order (1..N), so an id says nothing about input order; the caller maps
+them back through `order`.
 """
 from __future__ import annotations
 
@@ -68,15 +71,24 @@ def _criteria_text(criteria: list[Criterion]) -> str:
     return "Score each criterion separately; the total is computed from them.\nCriteria:\n" + "\n".join(lines)
 
 
-def system_message(rubric: str, n: int, criteria: list[Criterion] | None) -> str:
+def system_message(rubric: str, n: int, criteria: list[Criterion] | None,
+                   tools: list[dict[str, Any]] | None = None) -> str:
+    """The run-constant part: instructions, rubric, criteria, then the tools (last: should a run's groups ever
+    carry different tool sets, everything before them is still shared)."""
     head = _ABSOLUTE if n == 1 else _RELATIVE
     parts = [head, "Rubric:\n" + rubric.strip()]
     if criteria:
         parts.append(_criteria_text(criteria))
-    # The schema cannot say how many items or which ids: that one line stays.
-    ids = "id 1" if n == 1 else f"ids 1-{n}"
-    parts.append(f"Give exactly {n} score(s), one per trajectory {ids}.")
+    if tools:
+        parts.append("<tools>\n" + _tools_text(tools) + "\n</tools>")
     return "\n\n".join(parts)
+
+
+def count_line(n: int) -> str:
+    # The schema cannot say how many items or which ids: that one line stays, after the trajectories, because
+    # it changes with the group (duplicates are shown once) and would end the shared prefix where it stood.
+    ids = "id 1" if n == 1 else f"ids 1-{n}"
+    return f"Give exactly {n} score(s), one per trajectory {ids}."
 
 
 # A trajectory (untrusted text) must not close its own block or open another one.
@@ -152,43 +164,41 @@ def _per_trajectory_limit(lengths: list[int], budget: int) -> int | None:
     return None
 
 
-def user_message(shared: Sequence[Message], remainders: Sequence[Sequence[Message]],
-                 tools: list[dict[str, Any]] | None, reference: str | None,
+def user_message(shared: Sequence[Message], remainders: Sequence[Sequence[Message]], reference: str | None,
                  max_chars: int | None = None) -> tuple[str, list[int]]:
     """The user message and the presentation indices (0-based) of the trajectories whose middle was cut to
     keep the message within `max_chars`."""
     head = []
     if shared:
         head.append("<context>\n" + transcript(shared) + "\n</context>")
-    if tools:
-        head.append("<tools>\n" + _tools_text(tools) + "\n</tools>")
     if reference:
         head.append("<reference>(seen by you only, not by the agent)\n" + reference + "\n</reference>")
     bodies = [transcript(rest) for rest in remainders]
+    tail = count_line(len(bodies))
     cut: list[int] = []
     if max_chars is not None:
-        frame = sum(len(h) + 2 for h in head) + sum(len(f'<trajectory id="{i}">\n\n</trajectory>') + 2
+        frame = len(tail) + sum(len(h) + 2 for h in head) + sum(len(f'<trajectory id="{i}">\n\n</trajectory>') + 2
                                                    for i in range(1, len(bodies) + 1))
         limit = _per_trajectory_limit([len(b) for b in bodies], max_chars - frame)
         if limit is not None:
             if limit < _MIN_TRAJECTORY_CHARS:
-                raise JudgeError(f"the judge prompt cannot fit in max_prompt_chars={max_chars}: the shared context, "
-                                 f"tools and reference take {frame} characters, leaving {max(limit, 0)} per "
-                                 "trajectory; raise max_prompt_chars or shorten the shared context")
+                raise JudgeError(f"the judge prompt cannot fit in max_prompt_chars: beside the instructions, rubric "
+                                 f"and tools, {max_chars} characters are left; the shared context and reference take "
+                                 f"{frame} of them, leaving {max(limit, 0)} per trajectory; raise max_prompt_chars or "
+                                 "shorten the shared context")
             cut = [i for i, b in enumerate(bodies) if len(b) > limit]
             bodies = [cut_middle(b, limit) for b in bodies]
     blocks = [f'<trajectory id="{i}">\n{b}\n</trajectory>' for i, b in enumerate(bodies, start=1)]
-    return "\n\n".join(head + blocks), cut
+    return "\n\n".join(head + blocks + [tail]), cut
 
 
 def build_messages(*, rubric: str, criteria: list[Criterion] | None, shared: Sequence[Message],
                    remainders: Sequence[Sequence[Message]], tools: list[dict[str, Any]] | None,
                    reference: str | None, max_chars: int | None = None) -> tuple[list[Message], list[int]]:
     """The judge's two messages, and which trajectories (presentation indices) were cut to fit `max_chars`
-    (a bound on the whole prompt's characters)."""
-    system = system_message(rubric, len(remainders), criteria)
-    user, cut = user_message(shared, remainders, tools, reference,
-                             None if max_chars is None else max_chars - len(system))
+    (a bound on the whole prompt's characters). The system message is the run-constant prefix."""
+    system = system_message(rubric, len(remainders), criteria, tools)
+    user, cut = user_message(shared, remainders, reference, None if max_chars is None else max_chars - len(system))
     return [{"role": "system", "content": system}, {"role": "user", "content": user}], cut
 
 

@@ -80,6 +80,15 @@ class JudgeCall(_Strict):
                                                       "(nothing was sent, nothing paid).")
     latency_s: float
     transport_retries: int = 0
+    prefix_tokens: int | None = Field(None, description="Tokens of the request's run-constant prefix (reply schema "
+                                      "+ system message: instructions, rubric, criteria, tools), counted locally "
+                                      "with litellm's tokenizer for the judge model; what a prompt cache can serve.")
+    counted_tokens: int | None = Field(None, description="The whole request counted the same way (schema + every "
+                                       "message): `prefix_tokens / counted_tokens` is the cacheable share.")
+    cached_tokens: int | None = Field(None, description="Prompt tokens the provider reported as read from its prompt "
+                                      "cache (billed at the cached-token price); None when it reported nothing.")
+    uncached_cost_usd: float | None = Field(None, description="What the call would have cost with every prompt "
+                                            "token at the full input price; equals `cost_usd` without cache reads.")
     raw_reply: str | None = None
     rejected: str | None = Field(None, description="Why this reply was rejected (a corrective retry followed).")
     cache_hit: bool = False
@@ -123,4 +132,17 @@ class GroupJudgement(_Strict):
 
     def summary(self) -> dict[str, Any]:
         return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
-                "cost_usd": self.cost_usd, "requests": len(self._fresh()), "cache_hit": self.cache_hit}
+                "cost_usd": self.cost_usd, "requests": len(self._fresh()), "cache_hit": self.cache_hit,
+                **prompt_cache_summary(self._fresh())}
+
+
+def prompt_cache_summary(calls: list[JudgeCall]) -> dict[str, Any]:
+    """Prompt caching over requests really sent: the share of their (locally counted) tokens that is the
+    run-constant prefix, the prompt tokens the provider served from its cache, and the price without that
+    discount (None when any call's price is unknown: a partial sum would read as a saving)."""
+    counted = [c for c in calls if c.prefix_tokens is not None and c.counted_tokens]
+    prefix, total = sum(c.prefix_tokens or 0 for c in counted), sum(c.counted_tokens or 0 for c in counted)
+    uncached = [c.uncached_cost_usd for c in calls]
+    return {"cacheable_share": prefix / total if total else None,
+            "cached_tokens": sum(c.cached_tokens or 0 for c in calls),
+            "uncached_cost_usd": None if not calls or None in uncached else sum(u or 0.0 for u in uncached)}

@@ -1,4 +1,5 @@
-"""An OpenAI-compatible judge API double: a real HTTP server in a thread that answers `/v1/chat/completions`.
+"""An OpenAI-compatible judge API double: a real HTTP server in a thread that answers `/v1/chat/completions`
+(and Anthropic's `/v1/messages`, for `anthropic/` models pointed at `double.url`).
 
 Tests drive the judge through real litellm and real HTTP against it; nothing of ours is mocked (DESIGN §6).
 
@@ -9,6 +10,9 @@ Tests drive the judge through real litellm and real HTTP against it; nothing of 
         double.fail_next(429, times=2)                  # inject HTTP errors before the next replies
         await judging.ruler(lists, double.model, extra_litellm_params=double.litellm_params)
         double.requests[0].body["messages"]             # every request is recorded
+
+`double.usage = (prompt, completion)` sets the tokens every reply reports and `double.cached_tokens` how many
+of the prompt tokens it says the provider's prompt cache served.
 
 When the queue is empty the double calls its `responder` (a function of the request), e.g.
 `JudgeDouble(responder=JudgeDouble.score_by(rule))`, which finds the trajectory blocks in the judge prompt and
@@ -39,6 +43,17 @@ Reply = Any
 _BLOCK = re.compile(r'<trajectory id="([^"]+)">\n?(.*?)</trajectory>', re.S)
 
 
+# litellm asks an Anthropic model without native structured output for JSON through a forced tool of this name.
+_JSON_TOOL = "json_tool_call"
+
+
+def _content_text(content: Any) -> str:
+    """A message content as text: a string as it is, content blocks (OpenAI or Anthropic) their text joined."""
+    if isinstance(content, list):
+        return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return str(content or "")
+
+
 @dataclass
 class HttpError:
     status: int
@@ -59,18 +74,21 @@ class RecordedRequest:
 
     @property
     def prompt_text(self) -> str:
-        """Every message's content joined: handy for `assert "x" in request.prompt_text`."""
-        return "\n".join(str(m.get("content") or "") for m in self.messages)
+        """Every message's content joined (an Anthropic request's system too): handy for
+        `assert "x" in request.prompt_text`."""
+        system = [self.body["system"]] if "system" in self.body else []
+        return "\n".join(_content_text(c) for c in system + [m.get("content") for m in self.messages])
 
     def trajectory_blocks(self) -> dict[str, str]:
         """The trajectory id → tagged text the judge was shown (last user message: the latest attempt)."""
         users = [m for m in self.messages if m.get("role") == "user"]
-        return dict(_BLOCK.findall(str(users[0].get("content") or ""))) if users else {}
+        return dict(_BLOCK.findall(_content_text(users[0].get("content")))) if users else {}
 
     def criteria_names(self) -> list[str]:
         """The criterion names the reply schema asks for (empty when the judge scores a single total)."""
         fmt = self.body.get("response_format") or {}
-        schema = (fmt.get("json_schema") or {}).get("schema") or {}
+        schema = ((fmt.get("json_schema") or {}).get("schema") or (self.body.get("output_format") or {}).get("schema")
+                  or next((t["input_schema"] for t in self.body.get("tools") or [] if t.get("name") == _JSON_TOOL), {}))
         defs = schema.get("$defs", {})
         for d in defs.values():
             crit = d.get("properties", {}).get("criteria")
@@ -90,11 +108,15 @@ class JudgeDouble:
         responder: Callable[[RecordedRequest], Reply] | None = None,
         latency_s: float = 0.0,
         usage: tuple[int, int] = (120, 30),
+        cached_tokens: int = 0,
     ) -> None:
         self.requests: list[RecordedRequest] = []
         self.responder = responder
         self.latency_s = latency_s
         self.usage = usage  # (prompt_tokens, completion_tokens) reported on every reply
+        # Of the prompt tokens, how many the reply says were read from the provider's prompt cache
+        # (OpenAI: usage.prompt_tokens_details.cached_tokens; Anthropic: usage.cache_read_input_tokens).
+        self.cached_tokens = cached_tokens
         self._queue: list[Reply] = list(replies or [])
         self.in_flight = 0
         self.max_in_flight = 0  # the most requests the double was serving at once
@@ -245,8 +267,10 @@ class JudgeDouble:
 
     def _reply(self, request: RecordedRequest, reply: Reply) -> tuple[int, Any, dict]:
         path, body = request.path, request.body
-        if not path.rstrip("/").endswith("/chat/completions"):
-            return 404, {"error": {"message": f"judge double serves only chat completions, not {path}"}}, {}
+        anthropic = path.rstrip("/").endswith("/v1/messages")
+        if not anthropic and not path.rstrip("/").endswith("/chat/completions"):
+            return 404, {"error": {"message": f"judge double serves only chat completions and Anthropic messages, "
+                                              f"not {path}"}}, {}
         if reply is None:
             if self.responder is None:
                 # 400, not 5xx: the judge must not retry this; an unexpected call fails the test at once.
@@ -260,6 +284,9 @@ class JudgeDouble:
             return reply.status, err, extra
         content = reply if isinstance(reply, str) else json.dumps(reply)
         prompt_tokens, completion_tokens = self.usage
+        if anthropic:
+            return 200, self._anthropic_reply(body, content), {}
+        details = {"prompt_tokens_details": {"cached_tokens": self.cached_tokens}} if self.cached_tokens else {}
         return 200, {
             "id": f"chatcmpl-double-{len(self.requests)}",
             "object": "chat.completion",
@@ -268,8 +295,26 @@ class JudgeDouble:
             "choices": [{"index": 0, "finish_reason": "stop",
                          "message": {"role": "assistant", "content": content}}],
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                      "total_tokens": prompt_tokens + completion_tokens},
+                      "total_tokens": prompt_tokens + completion_tokens, **details},
         }, {}
+
+    def _anthropic_reply(self, body: dict[str, Any], content: str) -> dict[str, Any]:
+        """The reply in Anthropic's Messages format (what litellm's `anthropic/` models call): the JSON as text,
+        or as the forced JSON tool's input when litellm asked through that tool."""
+        prompt_tokens, completion_tokens = self.usage
+        if any(t.get("name") == _JSON_TOOL for t in body.get("tools") or []):
+            try:
+                block: dict[str, Any] = {"type": "tool_use", "id": "toolu_double", "name": _JSON_TOOL,
+                                         "input": json.loads(content)}
+            except json.JSONDecodeError:
+                block = {"type": "text", "text": content}
+        else:
+            block = {"type": "text", "text": content}
+        return {"id": f"msg_double_{len(self.requests)}", "type": "message", "role": "assistant",
+                "model": body.get("model", "judge"), "content": [block],
+                "stop_reason": "tool_use" if block["type"] == "tool_use" else "end_turn", "stop_sequence": None,
+                "usage": {"input_tokens": prompt_tokens - self.cached_tokens, "output_tokens": completion_tokens,
+                          "cache_read_input_tokens": self.cached_tokens, "cache_creation_input_tokens": 0}}
 
 
 @pytest.fixture

@@ -110,3 +110,22 @@ def test_the_cli_prints_explanations_in_the_files_names_not_the_judges_shuffled_
     assert code == 0
     assert "terse  0.300  Trajectory terse; best is trajectory verbose." in out
     assert "verbose  0.700  Trajectory verbose; best is trajectory verbose." in out
+
+
+def test_the_cli_reports_the_cacheable_prefix_and_the_cost_without_the_cached_price(rule_double: JudgeDouble,
+                                                                                    tmp_path: Path) -> None:
+    rule_double.usage, rule_double.cached_tokens = (2000, 100), 1024
+    groups = tmp_path / "groups.jsonl"
+    groups.write_text("\n".join(json.dumps({"id": f"g{k}", "trajectories": [trajectory(0.2), trajectory(0.8)]})
+                                for k in range(2)) + "\n")
+
+    proc = _run(["score", str(groups), "--judge-model", "openai/gpt-4o-mini", "--api-base", rule_double.api_base,
+                 "--api-key-env", "JUDGE_KEY"], tmp_path, JUDGE_KEY="test")
+
+    assert proc.returncode == 0, proc.stderr
+    total = proc.stdout.strip().splitlines()[-1]
+    assert total.startswith("== total: 2 groups, 2 request(s), tokens 4000+200, cost $")
+    assert "cacheable prefix " in total and "provider-cached 2048 tokens" in total
+    assert "without the cached-token price" in total
+    share = int(total.split("cacheable prefix ")[1].split("%")[0])
+    assert 20 < share < 100

@@ -1,4 +1,5 @@
-"""What the judge is sent: one request per group, shared prefix once, tools once, rubric in the system message."""
+"""What the judge is sent: one request per group, shared prefix once, tools once, rubric in the system message,
+and everything that is the same for every group of a run before anything that is not (prompt caching)."""
 from __future__ import annotations
 
 import json
@@ -62,8 +63,11 @@ async def test_the_rubric_goes_into_the_system_message(rule_double: JudgeDouble)
     system = rule_double.requests[0].messages[0]
     assert system["role"] == "system"
     assert rubric in system["content"]
-    assert "exactly 2 score(s)" in system["content"] and "ids 1-2" in system["content"]
     assert rubric not in rule_double.requests[0].messages[1]["content"]
+    # the count changes with the group, so it comes after the trajectories, not in the shared prefix
+    user = rule_double.requests[0].messages[1]["content"]
+    assert user.endswith("Give exactly 2 score(s), one per trajectory ids 1-2.")
+    assert "exactly" not in system["content"]
 
 
 async def test_the_default_rubric_is_used_when_none_is_given(rule_double: JudgeDouble) -> None:
@@ -77,9 +81,31 @@ async def test_tools_and_the_reference_answer_are_shown_once(rule_double: JudgeD
     await judging.ruler([trajectory(0.3), trajectory(0.6), trajectory(0.9)], tools=tools,
                         **judge_kwargs(rule_double, reference="Refunds within 30 days."))
 
-    user = rule_double.requests[0].messages[1]["content"]
-    assert user.count("search_orders") == 1
-    assert user.count("Refunds within 30 days.") == 1
+    assert rule_double.requests[0].prompt_text.count("search_orders") == 1
+    assert rule_double.requests[0].prompt_text.count("Refunds within 30 days.") == 1
+    # the run's tools belong to the constant prefix; the scenario's reference answer does not
+    assert "search_orders" in rule_double.requests[0].messages[0]["content"]
+    assert "Refunds within 30 days." in rule_double.requests[0].messages[1]["content"]
+
+
+async def test_two_groups_of_a_run_share_the_whole_system_message_and_differ_only_after_it(
+        rule_double: JudgeDouble) -> None:
+    tools = [{"type": "function", "function": {"name": "search_orders", "parameters": {"type": "object"}}}]
+    other_user = {"role": "user", "content": "Can I return shoes after 40 days?"}
+    first = [trajectory(q, turns=2) for q in (0.2, 0.5, 0.8, 0.3)]
+    # another scenario, another reference, and a duplicate: the judge sees 3 distinct trajectories, not 4 as in
+    # the first group
+    second = [[SYSTEM, other_user, *t[2:]] for t in (trajectory(0.1), trajectory(0.9), trajectory(0.4))]
+    second.append(second[0])
+    await judging.ruler(first, tools=tools, **judge_kwargs(rule_double, reference="30 days."))
+    await judging.ruler(second, tools=tools, **judge_kwargs(rule_double, reference="No: 30 days."))
+
+    a, b = (r.messages for r in rule_double.requests)
+    assert a[0] == b[0] and a[0]["role"] == "system"  # instructions, rubric, tools: byte-identical
+    assert "search_orders" in a[0]["content"] and judging.DEFAULT_RUBRIC in a[0]["content"]
+    assert a[1]["content"] != b[1]["content"]
+    assert USER["content"] not in a[0]["content"] and "30 days." not in a[0]["content"]
+    assert (rule_double.requests[0].body["response_format"] == rule_double.requests[1].body["response_format"])
 
 
 async def test_the_reply_schema_is_sent_as_a_strict_response_format(rule_double: JudgeDouble) -> None:

@@ -49,6 +49,8 @@ async def test_each_group_carries_its_judge_report(rule_double: JudgeDouble) -> 
     assert report is not None and report.judge_model == rule_double.model and report.passes == 2
     assert len(report.calls) == 2 == report.requests and report.cache_hits == 0
     assert report.cost_usd is None and report.prompt_tokens == 240 and report.completion_tokens == 60
+    # what the web app stores per call for the run's prompt-caching report
+    assert all(0 < c["prefix_tokens"] < c["counted_tokens"] for c in report.calls)
 
 
 async def test_a_cache_hit_is_reported_apart_and_costs_nothing(rule_double: JudgeDouble) -> None:

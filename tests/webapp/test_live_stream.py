@@ -210,7 +210,8 @@ def test_cache_hits_are_recorded_apart_and_billed_nowhere():
     _ingest(run, StepFinished(step=2, metrics={}))
 
     assert run_judge_budget_check(run_id=run.id) is False  # $0.03 really spent, not $0.06
-    assert run_judge_cost(run=run) == {"calls": 1, "cost_usd": 0.03, "unpriced": 0, "cache_hits": 1}
+    cost = run_judge_cost(run=run)
+    assert (cost["calls"], cost["cost_usd"], cost["unpriced"], cost["cache_hits"]) == (1, 0.03, 0, 1)
     assert Step.objects.get(run=run, index=2).judge_cost_usd == 0.0
     from rest_framework.test import APIClient
 

@@ -31,6 +31,11 @@ def _num(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
+def _count(value: Any) -> int | None:
+    """A token count from the engine: a non-negative int, else unknown (never a made-up 0)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
 def _clean(value: Any) -> Any:
     if isinstance(value, float):
         return _num(value)
@@ -207,6 +212,9 @@ def _on_judge_usage(run: Run, e: dict[str, Any]) -> dict[str, Any]:
                   prompt_hash=str(c.get("prompt_hash") or "")[:128], prompt_tokens=int(c.get("prompt_tokens") or 0),
                   completion_tokens=int(c.get("completion_tokens") or 0),
                   cost_usd=0.0 if c.get("cache_hit") else _num(c.get("cost_usd")),
+                  uncached_cost_usd=0.0 if c.get("cache_hit") else _num(c.get("uncached_cost_usd")),
+                  prefix_tokens=_count(c.get("prefix_tokens")), counted_tokens=_count(c.get("counted_tokens")),
+                  cached_tokens=_count(c.get("cached_tokens")),
                   latency_s=_num(c.get("latency_s")), cached=bool(c.get("cache_hit")),
                   raw_reply=str(c.get("raw_reply") or "")[:100_000])
         for c in calls)

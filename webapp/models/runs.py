@@ -190,6 +190,12 @@ class JudgeCall(models.Model):
     prompt_tokens = models.PositiveIntegerField(default=0)
     completion_tokens = models.PositiveIntegerField(default=0)
     cost_usd = models.FloatField(null=True, blank=True)
+    # Provider prompt caching (judging.JudgeCall): the request's run-constant prefix and the whole request in
+    # locally counted tokens, the prompt tokens the provider served from its cache, and the price without that.
+    prefix_tokens = models.PositiveIntegerField(null=True, blank=True)
+    counted_tokens = models.PositiveIntegerField(null=True, blank=True)
+    cached_tokens = models.PositiveIntegerField(null=True, blank=True)
+    uncached_cost_usd = models.FloatField(null=True, blank=True)
     latency_s = models.FloatField(null=True, blank=True)
     cached = models.BooleanField(default=False)
     raw_reply = models.TextField(blank=True)

@@ -94,11 +94,26 @@ def run_chart_data(*, run: Run) -> dict[str, Any]:
 
 
 def run_judge_cost(*, run: Run) -> dict[str, Any]:
-    """Calls really sent and what they cost; cache hits (not sent, not paid) are counted apart."""
-    costs = list(run.judge_calls.filter(cached=False).values_list("cost_usd", flat=True))
-    known = [c for c in costs if c is not None]
-    return {"calls": len(costs), "cost_usd": sum(known) if known else None, "unpriced": len(costs) - len(known),
-            "cache_hits": run.judge_calls.filter(cached=True).count()}
+    """Calls really sent and what they cost; cache hits (not sent, not paid) are counted apart.
+
+    Prompt caching: `cacheable_share` is the share of the sent requests' tokens that is the run-constant prefix
+    (locally counted, over the calls that have a count); `cached_share` the share of their prompt tokens the
+    provider reported as served from its cache; `cost_usd` is what was billed (cache reads at the cached-token
+    price) and `uncached_cost_usd` what the same calls would have cost at the full input price."""
+    rows = list(run.judge_calls.filter(cached=False).values_list(
+        "cost_usd", "uncached_cost_usd", "prompt_tokens", "prefix_tokens", "counted_tokens", "cached_tokens"))
+    known = [r[0] for r in rows if r[0] is not None]
+    counted = [(r[3], r[4]) for r in rows if r[3] is not None and r[4]]
+    prompt_tokens = sum(r[2] for r in rows)
+    cached_tokens = sum(r[5] or 0 for r in rows)
+    # Without the cache price only where every priced call has one: a partial sum would read as a saving.
+    uncached = [r[1] for r in rows if r[0] is not None]
+    return {"calls": len(rows), "cost_usd": sum(known) if known else None, "unpriced": len(rows) - len(known),
+            "cache_hits": run.judge_calls.filter(cached=True).count(),
+            "uncached_cost_usd": sum(uncached) if known and None not in uncached else None,  # type: ignore[arg-type]
+            "cacheable_share": sum(p for p, _ in counted) / sum(c for _, c in counted) if counted else None,
+            "cached_tokens": cached_tokens,
+            "cached_share": cached_tokens / prompt_tokens if prompt_tokens else None}
 
 
 def _fork_origin(run: Run) -> str:
