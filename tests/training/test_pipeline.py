@@ -143,3 +143,18 @@ def test_a_cancel_discards_the_rollouts_ahead_and_a_resume_redoes_that_step(tiny
     # The redone step 2 samples with step 1's adapter, on-policy: the interrupted run's stale rollouts are gone.
     assert second.of(StepFinished, step=2)[0].metrics["rollout_model"] == "t@1"
     assert second.of(StepFinished, step=2)[0].metrics["staleness"] == 0
+
+
+def test_judge_calls_keep_to_the_judges_concurrency_limit_across_groups_and_steps(tiny_model_dir, tmp_path):
+    from studio.scoring import judge_scorer_from_config
+    from tests.judge_double import JudgeDouble, marker_or_brevity
+
+    with JudgeDouble(responder=JudgeDouble.score_by(marker_or_brevity), latency_s=0.3) as double:
+        options = {"judge_model": "openai/judge", "api_base": double.api_base, "cache": False, "combine": "env",
+                   "concurrency": 2}
+        config = small_config(tiny_model_dir, tmp_path, steps=3, grpo={"groups_per_step": 4},
+                              pipeline={"enabled": True})
+        summary = run(config, scorer=judge_scorer_from_config(options, api_key="test"))
+    assert summary.status == "completed"
+    assert len(double.requests) >= 6  # most of the 12 groups were sent (a group of identical games is not)
+    assert double.max_in_flight == 2  # the 4 groups of a step (rolled out ahead or not) share the limit of 2
