@@ -257,15 +257,20 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
         client = server.async_client()
         model_step = checkpoint.step if checkpoint else 0  # the step whose adapter `model` is (0: base or fork)
 
-        async def roll_out(step: int, model: str, model_step: int) -> StepRollouts:
+        async def roll_out(step: int, model: str, model_step: int, rolled_out: asyncio.Event) -> StepRollouts:
             """Rolls out every group of `step` at once; scores each group the moment its rollouts are done."""
             rollouts = StepRollouts(step, model, model_step, [None] * config.grpo.groups_per_step, [],
                                     started=time.monotonic())
+            pending = config.grpo.groups_per_step  # groups still rolling out
 
             async def rollout_and_score(index: int, scenario: Scenario) -> None:
+                nonlocal pending
                 group = await rollout_group(env, client, model, scenario, rollout_config, config.grpo.group_size)
                 sink(GroupRolledOut(step=step, group_index=index, scenario_id=scenario.id, model=model,
                                     trajectories=len(group.trajectories), errors=group.errors))
+                pending -= 1
+                if not pending:
+                    rolled_out.set()
                 rollouts.scoring.append(await score_group(group, scorer, config.grpo))
                 rollouts.groups[index] = group
                 sink(group_event(step, index, group))
@@ -283,7 +288,10 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
             if not await wait_for_go(control, save_optimizer):
                 break
             waited = time.monotonic()
-            rollouts = await ahead.take(step, model, model_step)  # started one step ago when pipelined
+            # Started one step ago when pipelined. Without a review to wait for, the next step's rollouts start
+            # as soon as this step's are done, while its groups are still being scored.
+            early = pipelined and review is None and step < config.steps and control.state() == "run"
+            rollouts = await ahead.take(step, model, model_step, start_next=early)
             started, waited = max(rollouts.started, finished_at), time.monotonic() - waited
             done = [g for g in rollouts.groups if g is not None]
             rollout_time = rollouts.finished - rollouts.started  # rollout-and-judge: until the last group scored
@@ -307,8 +315,8 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
                     {"group_index": i, "rewards": [t.reward for t in g.trajectories],
                      "advantages": [t.advantage for t in g.trajectories], "skipped": g.skipped}
                     for i, g in enumerate(rollouts.groups) if g is not None]))
-            if pipelined and step < config.steps and control.state() == "run":
-                ahead.start(step + 1, model, model_step)  # sampled by the adapter this step trains on top of
+            if pipelined and not early and step < config.steps and control.state() == "run":
+                ahead.start(step + 1, model, model_step)  # after the review; with the adapter this step trains on
             if not await wait_for_go(control, save_optimizer):
                 break
 

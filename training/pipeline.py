@@ -1,9 +1,11 @@
 """Pipelined steps (`pipeline.enabled`): the next step's rollouts run while this step trains.
 
 The loop asks for a step's rollouts with `Ahead.take`: they are either the ones started one step ago (and kept
-running meanwhile) or started now. Just before a step trains, once its review is applied, the loop starts the
-next step's rollouts with the adapter it serves now, which is why they are exactly one step stale and never
-more: a step's rollouts start only after the previous step's review and end before the next step's do.
+running meanwhile) or started now. The next step's rollouts start with the adapter served now: without a review
+hook, as soon as this step's last group is rolled out (so they overlap this step's judging as well as its
+training); with one, once the review is applied, just before the step trains (a step never rolls out ahead of
+its predecessor's review). Either way they are exactly one step stale and never more: step k+1 starts while
+step k is the newest step not trained, with step k-1's adapter, and trains on top of step k's.
 
 A pause keeps the rollouts under way (they are the next step's, and finish for it); a cancel, a failure or the
 end of the run discards them. Their groups' events were sent as they were scored; the step that did not train
@@ -36,7 +38,8 @@ class StepRollouts:
         return self.step - 1 - self.model_step
 
 
-RollOut = Callable[[int, str, int], Awaitable[StepRollouts]]  # (step, model, model_step) -> the step's rollouts
+# (step, model, model_step, rolled_out) -> the step's rollouts; sets `rolled_out` once every group is rolled out.
+RollOut = Callable[[int, str, int, asyncio.Event], Awaitable[StepRollouts]]
 
 
 class Ahead:
@@ -45,21 +48,34 @@ class Ahead:
     def __init__(self, roll_out: RollOut) -> None:
         self._roll_out = roll_out
         self._task: asyncio.Task[StepRollouts] | None = None
+        self._rolled_out = asyncio.Event()
         self._step = 0
         self.model: str | None = None  # the adapter the rollouts in flight sample with (it must stay loaded)
 
     def start(self, step: int, model: str, model_step: int) -> None:
-        self._task = asyncio.ensure_future(self._roll_out(step, model, model_step))
+        self._rolled_out = asyncio.Event()
+        self._task = asyncio.ensure_future(self._roll_out(step, model, model_step, self._rolled_out))
         self._step, self.model = step, model
 
-    async def take(self, step: int, model: str, model_step: int) -> StepRollouts:
-        """This step's rollouts: the ones started ahead for it, else rolled out now."""
-        task, self._task, self.model = self._task, None, None
-        if task is not None and self._step == step:
+    async def take(self, step: int, model: str, model_step: int, *, start_next: bool = False) -> StepRollouts:
+        """This step's rollouts, scored: the ones started ahead for it, else started now with `model`. With
+        `start_next`, the next step's rollouts start with `model` once this step's groups are all rolled out."""
+        if self._task is not None and self._step != step:  # started for another step (not in the loop)
+            await self.discard()
+        if self._task is None:
+            self.start(step, model, model_step)
+        task, rolled_out, self._task, self.model = self._task, self._rolled_out, None, None
+        waiter = asyncio.ensure_future(rolled_out.wait())
+        try:
+            await asyncio.wait([task, waiter], return_when=asyncio.FIRST_COMPLETED)
+            if start_next and rolled_out.is_set():
+                self.start(step + 1, model, model_step)
             return await task
-        if task is not None:  # started for another step (cannot happen in the loop): never trained on
-            await _cancelled(task)
-        return await self._roll_out(step, model, model_step)
+        except BaseException:
+            await _cancelled(task)  # a failed or cancelled step leaves no rollouts running
+            raise
+        finally:
+            waiter.cancel()
 
     async def discard(self) -> None:
         """Cancels the rollouts in flight (a cancel, a failure, the end of the run); none is trained on."""

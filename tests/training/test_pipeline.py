@@ -54,9 +54,13 @@ def test_the_next_steps_rollouts_start_before_this_step_trains_and_are_one_step_
                           pipeline={"enabled": True})
     summary = run(config, scorer=by_position, sink=events)
     assert summary.status == "completed" and summary.steps_done == 3
-    # Step 2's rollouts all started while step 1 was still training (its TrainStep came after).
+    # Step 2's rollouts all started while step 1 was still training (its TrainStep came after), and without a
+    # review hook as soon as step 1's were done: before its last group was scored (the judge takes 0.2 s).
     trained = events.time_of(TrainStep, 1)
     assert sum(s < trained for s in Clocked2048.starts) == 2 * ROLLOUTS_PER_STEP
+    last_scored = max(t for t, e in events if isinstance(e, GroupScored) and e.step == 1)
+    assert min(Clocked2048.starts[ROLLOUTS_PER_STEP:]) < last_scored
+    assert max(Clocked2048.starts[:ROLLOUTS_PER_STEP]) < min(Clocked2048.starts[ROLLOUTS_PER_STEP:])
     # Step k+1 samples with the adapter step k trains on top of: base, base, then t@1 (never older).
     assert [e.model for e in events.of(GroupRolledOut)] == ["base"] * 4 + ["t@1"] * 2
     steps = [e.metrics for e in events.of(StepFinished)]
@@ -95,7 +99,7 @@ def test_with_a_review_the_next_steps_rollouts_wait_for_it(tiny_model_dir, tmp_p
     run(config, scorer=by_position, sink=events, review=review)
     second = Clocked2048.starts[ROLLOUTS_PER_STEP:]
     assert len(second) == ROLLOUTS_PER_STEP
-    assert min(second) > approved[1]  # after step 1 was approved
+    assert min(second) > approved[1]  # after step 1 was approved, not as soon as its rollouts were done
     assert min(second) < events.time_of(TrainStep, 1)  # and still while step 1 trained
 
 
