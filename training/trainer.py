@@ -245,7 +245,7 @@ class Trainer:
                     # p_trainer / p_sampler per sampled token: ~1 on-policy, off 1 where the rollouts are stale.
                     ratio = torch.where(known, torch.exp(lp.detach() - torch.nan_to_num(sampler)), torch.ones_like(lp))
                     if self.options.tis_cap is not None and known.any():
-                        tis = ratio.clamp(max=self.options.tis_cap)
+                        tis = torch.where(known, ratio.clamp(max=self.options.tis_cap), ratio)
                     loss, metrics = policy_loss(lp, old, advantages, mask, eps_low=self.grpo.eps_low,
                                                 eps_high=self.grpo.eps_high, ref_logprobs=ref, beta=self.grpo.beta,
                                                 token_weights=tis)
@@ -266,7 +266,8 @@ class Trainer:
             self.optimizer.step()
         if distributed.is_sharded(self.policy):
             self._gather_adapter()
-        keys = ["loss", "clip_fraction", "ratio_mean", "kl", "gap", "gap_tokens", "is_ratio", "is_weight", "is_truncated"]
+        keys = ["loss", "clip_fraction", "ratio_mean", "kl", "gap", "gap_tokens",
+                "is_ratio", "is_weight", "is_truncated"]
         loss, clip, ratio, kl, gap, gap_tokens, *importance = distributed.sum_over_ranks([sums[k] for k in keys],
                                                                                         self.device)
         informative = epochs > 1  # with one epoch the ratio is 1 and nothing clips
