@@ -139,7 +139,9 @@ demo-engine: venv
 # RULER, concurrency), web (event→websocket latency via Redis with 1 and 50 clients, engine step time with 50
 # websocket clients on daphne vs none, 20 concurrent API users,
 # run page with 100k trajectories on PostgreSQL), page latency while a run trains beside the app, and the A/A
-# calibration of the held-out win rate (the base against itself over 20 seeds: how often each 95 % interval covers 0.5).
+# calibration of the held-out win rate (the base against itself over 20 seeds: how often each 95 % interval covers 0.5),
+# and pipelined steps vs sequential ones with a judge double at 0.5, 1.5 and 3 s (step time per stage; the 30-step
+# learning curves over 3 seeds are `python -m bench.pipeline_bench --curve`, about an hour more).
 # The engine bench also writes bench/results/engine_bench.json.
 bench: venv vllm-venv art-venv trl-venv services
 	VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(BIN)/python -m bench.engine_bench
@@ -148,6 +150,7 @@ bench: venv vllm-venv art-venv trl-venv services
 	$(BIN)/python -m bench.web_bench --trajectories 100000 --clients 50 --api-users 20
 	$(BIN)/python -m bench.page_latency_bench
 	$(BIN)/python -m bench.eval_calibration
+	$(BIN)/python -m bench.pipeline_bench
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(ART_VENV) $(TRL_VENV) $(PY312_VENV) var

@@ -1,7 +1,8 @@
 """The training loop, top to bottom: for each step, roll out every group concurrently, score each group as soon
 as it finishes (scoring overlaps the remaining rollouts), optionally wait for human review, compute GRPO
 advantages, train the LoRA adapter, save a checkpoint, hot-load it into the inference server under a new
-versioned name, report metrics. Resumes from the last checkpoint in `output_dir`.
+versioned name, report metrics. Resumes from the last checkpoint in `output_dir`. With `pipeline.enabled` the
+next step's rollouts run while a step trains (training/pipeline.py), one step stale.
 
 Library use: `await train(config, scorer=..., sink=..., control=..., review=...)` or `run(config, ...)`.
 The CLI is `python -m training run --config FILE.json`.
@@ -30,6 +31,7 @@ from training.events import (CheckpointSaved, EventSink, GroupRolledOut, GroupSc
                              ReviewRequested, RunFailed,
                              RunFinished, RunStarted, StepFinished, TrainStep, null_sink)
 from training.grpo import group_advantages
+from training.pipeline import Ahead, StepRollouts
 from training.scenarios import load_scenarios
 from training.types import ReviewHook, Scenario, Scorer, Trajectory, TrajectoryGroup, env_reward_scorer
 
@@ -198,6 +200,7 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
     writer = ThreadPoolExecutor(1, thread_name_prefix="checkpoint-writer")
     loop = asyncio.get_running_loop()
     unsaved: Checkpoint | None = None  # the newest checkpoint whose optimizer state is not on disk yet
+    ahead: Ahead | None = None
     writes: list[asyncio.Future] = []
 
     async def on_trainer(fn: Any, *args: Any) -> Any:
@@ -218,10 +221,15 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
             await asyncio.gather(*writes)
             writes.clear()
 
+    # A server that sleeps while the trainer steps (vLLM sleep mode) cannot roll out meanwhile: no pipelining.
+    pipelined = config.pipeline.enabled and config.server.gpu_sharing != "sleep"
+    trainer_options = config.trainer
+    if pipelined and trainer_options.tis_cap is None:  # one-step-stale rollouts: corrected by default
+        trainer_options = trainer_options.model_copy(update={"tis_cap": config.pipeline.tis_cap})
     try:
         device = pick_device(config.device, require_gpu=config.trainer.require_gpu)
         trainer = await on_trainer(lambda: Trainer(config.base_model, config.lora, config.grpo, device=device,
-                                                   seed=config.seed, options=config.trainer,
+                                                   seed=config.seed, options=trainer_options,
                                                    temperature=config.sampling.temperature))
         rank, world = distributed.rank_and_world()
         if world > 1 and config.trainer.distributed == "none":
@@ -247,29 +255,46 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
             model = adapter_name(config.name, 0)
             server.load_adapter(model, config.init_checkpoint)
         client = server.async_client()
-        for step in range(start, config.steps + 1):
-            if not await wait_for_go(control, save_optimizer):
-                break
-            started = time.monotonic()
+        model_step = checkpoint.step if checkpoint else 0  # the step whose adapter `model` is (0: base or fork)
 
-            # Roll out every group at once; score each group the moment its rollouts are done.
-            groups: list[TrajectoryGroup | None] = [None] * config.grpo.groups_per_step
-            scoring: list[tuple[float, float]] = []
+        async def roll_out(step: int, model: str, model_step: int, rolled_out: asyncio.Event) -> StepRollouts:
+            """Rolls out every group of `step` at once; scores each group the moment its rollouts are done."""
+            rollouts = StepRollouts(step, model, model_step, [None] * config.grpo.groups_per_step, [],
+                                    started=time.monotonic())
+            pending = config.grpo.groups_per_step  # groups still rolling out
 
             async def rollout_and_score(index: int, scenario: Scenario) -> None:
+                nonlocal pending
                 group = await rollout_group(env, client, model, scenario, rollout_config, config.grpo.group_size)
                 sink(GroupRolledOut(step=step, group_index=index, scenario_id=scenario.id, model=model,
                                     trajectories=len(group.trajectories), errors=group.errors))
-                scoring.append(await score_group(group, scorer, config.grpo))
-                groups[index] = group
+                pending -= 1
+                if not pending:
+                    rolled_out.set()
+                rollouts.scoring.append(await score_group(group, scorer, config.grpo))
+                rollouts.groups[index] = group
                 sink(group_event(step, index, group))
                 if group.judge_report is not None:
                     sink(JudgeUsage(step=step, group_index=index, report=group.judge_report))
 
             chosen = scenarios_for_step(scenarios, step, config.grpo.groups_per_step, config.seed)
             await asyncio.gather(*(rollout_and_score(i, s) for i, s in enumerate(chosen)))
-            done = [g for g in groups if g is not None]
-            rollout_time = time.monotonic() - started
+            rollouts.finished = time.monotonic()
+            return rollouts
+
+        ahead = Ahead(roll_out)
+        finished_at = 0.0  # when the previous step finished: a pipelined step's wall time counts from there
+        for step in range(start, config.steps + 1):
+            if not await wait_for_go(control, save_optimizer):
+                break
+            waited = time.monotonic()
+            # Started one step ago when pipelined. Without a review to wait for, the next step's rollouts start
+            # as soon as this step's are done, while its groups are still being scored.
+            early = pipelined and review is None and step < config.steps and control.state() == "run"
+            rollouts = await ahead.take(step, model, model_step, start_next=early)
+            started, waited = max(rollouts.started, finished_at), time.monotonic() - waited
+            done = [g for g in rollouts.groups if g is not None]
+            rollout_time = rollouts.finished - rollouts.started  # rollout-and-judge: until the last group scored
             # A rollout that raised, or that came back marked with an error (an MCP server fault), failed.
             failures = [e for g in done for e in [*g.errors, *(t.error for t in g.trajectories if t.error)]]
             attempted = config.grpo.group_size * len(done)
@@ -289,7 +314,9 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
                 sink(ReviewApplied(step=step, groups=[
                     {"group_index": i, "rewards": [t.reward for t in g.trajectories],
                      "advantages": [t.advantage for t in g.trajectories], "skipped": g.skipped}
-                    for i, g in enumerate(groups) if g is not None]))
+                    for i, g in enumerate(rollouts.groups) if g is not None]))
+            if pipelined and not early and step < config.steps and control.state() == "run":
+                ahead.start(step + 1, model, model_step)  # after the review; with the adapter this step trains on
             if not await wait_for_go(control, save_optimizer):
                 break
 
@@ -318,15 +345,17 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
                 await save_optimizer(wait=False)
             sink(CheckpointSaved(step=step, path=str(final), adapter_name=name))
             server.load_adapter(name, final)
-            rollout_model, model = model, name
-            if rollout_model != server.model_name:
-                server.unload_adapter(rollout_model)
+            model, model_step = name, step
+            if rollouts.model not in (server.model_name, ahead.model):  # the rollouts ahead still sample with it
+                server.unload_adapter(rollouts.model)
             load_time = time.monotonic() - t0
 
+            finished_at = time.monotonic()
             metrics = {"step": step, **step_metrics(done), **train_metrics, "time_rollout_s": rollout_time,
-                       "time_scoring_s": covered_seconds(scoring), "time_train_s": train_time,
-                       "time_load_s": load_time, "time_step_s": time.monotonic() - started,
-                       "rollout_model": rollout_model, "adapter": name}
+                       "time_scoring_s": covered_seconds(rollouts.scoring), "time_train_s": train_time,
+                       "time_load_s": load_time, "time_wait_rollouts_s": waited,
+                       "time_step_s": finished_at - started, "rollout_model": rollouts.model,
+                       "staleness": rollouts.staleness, "adapter": name}
             # Monitors every step, held-out evaluation when due (training/checks.py).
             metrics |= await checks.after_step(step, done, train_metrics, client, model=name,
                                                base_model=server.model_name)
@@ -334,6 +363,7 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
             sink(StepFinished(step=step, metrics=metrics))
         else:
             step = config.steps + 1
+        await ahead.discard()  # a cancel leaves the next step's rollouts unused: a resume redoes that step
         await save_optimizer()  # finished or cancelled: the newest checkpoint resumes exactly
         if world > 1:  # the other ranks stop with this run's status (after the snapshot they take part in)
             await on_trainer(distributed.broadcast_from_rank0, "completed" if step > config.steps else "cancelled")
@@ -345,6 +375,8 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
             pass
         raise
     finally:
+        if ahead is not None:
+            await ahead.discard()
         if server is not None:
             server.stop()
         writer.shutdown(wait=True)

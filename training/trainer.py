@@ -87,6 +87,17 @@ class _PolicyLogprobs(torch.nn.Module):
                                   chunk_tokens=self.chunk_tokens)
 
 
+def importance_metrics(ratio_sum: float, weight_sum: float, truncated: float, tokens: float, *,
+                       cap: float | None) -> dict[str, float | None]:
+    """What the importance correction did over the tokens with sampler log-probs: the mean of p_trainer/p_sampler
+    (1 on-policy), the mean weight the loss applied (the ratio capped at `cap`; 1 with no correction) and the
+    share of tokens whose ratio the cap truncated. None where no token had sampler log-probs."""
+    if not tokens:
+        return {"is_ratio_mean": None, "is_weight_mean": None, "is_truncated_fraction": None}
+    return {"is_ratio_mean": ratio_sum / tokens, "is_weight_mean": weight_sum / tokens if cap is not None else 1.0,
+            "is_truncated_fraction": truncated / tokens if cap is not None else None}
+
+
 class Trainer:
     def __init__(self, base_model: str, lora: LoraConfig, grpo: GRPOConfig, *, device: str = "cpu",
                  seed: int = 0, options: TrainerConfig | None = None, temperature: float = 1.0) -> None:
@@ -203,7 +214,8 @@ class Trainer:
         total_tokens, total_rows = distributed.sum_over_ranks([local_tokens, float(len(rows))], self.device)
         if not total_rows:  # every group skipped: nothing to learn from, and the metrics say so
             return {"loss": None, "clip_fraction": None, "ratio_mean": None, "kl": None, "grad_norm": None,
-                    "sampler_gap": None, "trained_sequences": 0, "tokens": 0}
+                    "sampler_gap": None, **importance_metrics(0.0, 0.0, 0.0, 0.0, cap=self.options.tis_cap),
+                    "trained_sequences": 0, "tokens": 0}
         micro = micro_batches(rows, max_tokens=self.grpo.micro_batch_tokens, max_rows=self.grpo.micro_batch_size)
         weights = [1.0] * len(micro)
         count = distributed.max_over_ranks(len(micro), self.device)
@@ -217,7 +229,8 @@ class Trainer:
             olds = [self._logprobs(mb) for mb in micro] if epochs > 1 else olds
             refs = [self._logprobs(mb, reference=True) for mb in micro] if self.grpo.beta > 0 else refs
             self.model.train()  # a mode switch walks every module: only made when something is measured
-        sums = {"loss": 0.0, "clip_fraction": 0.0, "ratio_mean": 0.0, "kl": 0.0, "gap": 0.0, "gap_tokens": 0.0}
+        sums = {"loss": 0.0, "clip_fraction": 0.0, "ratio_mean": 0.0, "kl": 0.0, "gap": 0.0, "gap_tokens": 0.0,
+                "is_ratio": 0.0, "is_weight": 0.0, "is_truncated": 0.0}
         grad_norm = 0.0
         for _ in range(epochs):
             self.optimizer.zero_grad()
@@ -229,9 +242,10 @@ class Trainer:
                     lp = self.policy(input_ids, attention, mask)
                     known = (mask > 0) & ~torch.isnan(sampler)
                     tis = None
+                    # p_trainer / p_sampler per sampled token: ~1 on-policy, off 1 where the rollouts are stale.
+                    ratio = torch.where(known, torch.exp(lp.detach() - torch.nan_to_num(sampler)), torch.ones_like(lp))
                     if self.options.tis_cap is not None and known.any():
-                        ratio = torch.exp(lp.detach() - torch.nan_to_num(sampler))
-                        tis = torch.where(known, ratio.clamp(max=self.options.tis_cap), torch.ones_like(ratio))
+                        tis = torch.where(known, ratio.clamp(max=self.options.tis_cap), ratio)
                     loss, metrics = policy_loss(lp, old, advantages, mask, eps_low=self.grpo.eps_low,
                                                 eps_high=self.grpo.eps_high, ref_logprobs=ref, beta=self.grpo.beta,
                                                 token_weights=tis)
@@ -243,17 +257,24 @@ class Trainer:
                 if weight:
                     sums["gap"] += float((lp.detach() - torch.nan_to_num(sampler)).abs()[known].sum()) / epochs
                     sums["gap_tokens"] += float(known.sum()) / epochs
+                    sums["is_ratio"] += float(ratio[known].sum()) / epochs
+                    sums["is_weight"] += float((ratio if tis is None else tis)[known].sum()) / epochs
+                    if self.options.tis_cap is not None:
+                        sums["is_truncated"] += float((ratio[known] > self.options.tis_cap).sum()) / epochs
             grad_norm = float(distributed.whole(torch.nn.utils.clip_grad_norm_(
                 self.trained_params, self.grpo.max_grad_norm, foreach=True)))  # the norm over every rank's shard
             self.optimizer.step()
         if distributed.is_sharded(self.policy):
             self._gather_adapter()
-        keys = ["loss", "clip_fraction", "ratio_mean", "kl", "gap", "gap_tokens"]
-        loss, clip, ratio, kl, gap, gap_tokens = distributed.sum_over_ranks([sums[k] for k in keys], self.device)
+        keys = ["loss", "clip_fraction", "ratio_mean", "kl", "gap", "gap_tokens",
+                "is_ratio", "is_weight", "is_truncated"]
+        loss, clip, ratio, kl, gap, gap_tokens, *importance = distributed.sum_over_ranks([sums[k] for k in keys],
+                                                                                        self.device)
         informative = epochs > 1  # with one epoch the ratio is 1 and nothing clips
         return {"loss": loss, "clip_fraction": clip if informative else None,
                 "ratio_mean": ratio if informative else None,
                 "kl": kl, "grad_norm": grad_norm, "sampler_gap": gap / gap_tokens if gap_tokens else None,
+                **importance_metrics(*importance, gap_tokens, cap=self.options.tis_cap),
                 "trained_sequences": int(total_rows), "tokens": int(total_tokens)}
 
     def save(self, directory: Path, state: dict[str, Any]) -> None:

@@ -255,3 +255,37 @@ def test_a_gpu_worker_config_refuses_the_local_server(tiny_model_dir, tmp_path):
         RunConfig.model_validate(config)
     config["server"] = {"kind": "external", "url": "http://127.0.0.1:9/v1"}
     assert RunConfig.model_validate(config).trainer.require_gpu
+
+
+def test_the_importance_metrics_say_what_the_correction_did(tiny_model_dir):
+    from training.chat_format import encode_conversation
+    from training.config import TrainerConfig
+
+    def sampled_groups(sampler_logprob):
+        data = groups(count=1, size=2)
+        tokenizer = make(tiny_model_dir).tokenizer
+        for t in data[0].trajectories:
+            t.messages = t.messages[:3]
+            ids, mask = encode_conversation(tokenizer, t.messages)
+            t.turn_token_ids = [[i for i, m in zip(ids, mask) if m]]
+            t.turn_logprobs = [[sampler_logprob] * len(t.turn_token_ids[0])]
+        return data
+
+    def capped():
+        return Trainer(str(tiny_model_dir), LoraConfig(), GRPOConfig(learning_rate=1e-2), seed=1,
+                       options=TrainerConfig(tis_cap=2.0))
+
+    # The sampler found every token very unlikely: p_trainer/p_sampler is huge, the cap truncates every token.
+    unlikely = capped().train_step(sampled_groups(-50.0))
+    assert unlikely["is_ratio_mean"] > 1e10
+    assert unlikely["is_weight_mean"] == pytest.approx(2.0) and unlikely["is_truncated_fraction"] == 1.0
+    # A sampler that was sure of every token (log-prob 0): ratios below 1, taken as they are, none truncated.
+    sure = capped().train_step(sampled_groups(0.0))
+    assert sure["is_ratio_mean"] < 1.0 and sure["is_weight_mean"] == pytest.approx(sure["is_ratio_mean"])
+    assert sure["is_truncated_fraction"] == 0.0
+    # Without a cap the ratio is still reported; the loss applied no weight (1) and nothing was truncated.
+    plain = make(tiny_model_dir).train_step(sampled_groups(-50.0))
+    assert plain["is_ratio_mean"] > 1e10 and plain["is_weight_mean"] == 1.0
+    assert plain["is_truncated_fraction"] is None
+    # No sampler log-probs at all: nothing to correct, nothing reported.
+    assert make(tiny_model_dir).train_step(groups())["is_ratio_mean"] is None
