@@ -213,18 +213,46 @@ def _daphne(port: int) -> subprocess.Popen:
     raise SystemExit("daphne did not start")
 
 
-def _training_run(clients: int, port: int, cookie: str, steps: int) -> tuple[float, list[float]]:
+def _cpu(daphne: subprocess.Popen) -> dict[str, float]:
+    """CPU seconds so far of each part of the live path: this process (the executor thread's ingest and
+    publish), its reaped children (the engine child and the websocket clients' process), daphne, Redis (the
+    server's own counters) and PostgreSQL (every server process: shared with other users of this machine)."""
+    import psutil
+    import redis
+
+    me = psutil.Process()
+    times = me.cpu_times()
+    postgres = 0.0
+    for proc in psutil.process_iter(["name"]):
+        if proc.info["name"] in ("postgres", "postmaster"):
+            try:
+                t = proc.cpu_times()
+                postgres += t.user + t.system
+            except psutil.Error:
+                pass
+    info = redis.Redis.from_url(os.environ["REDIS_URL"]).info("cpu")
+    d = psutil.Process(daphne.pid).cpu_times()
+    return {"ingest (this process)": times.user + times.system, "children": times.children_user + times.children_system,
+            "daphne": d.user + d.system, "redis": info["used_cpu_user"] + info["used_cpu_sys"], "postgres": postgres}
+
+
+def _training_run(clients: int, port: int, cookie: str, steps: int,
+                  daphne: subprocess.Popen) -> tuple[float, list[float], dict[str, float]]:
     """One scripted-engine run (the real event contract, ingest and Redis channel layer; no model), with
     `clients` real websocket clients (a separate process, aiohttp) on daphne. Returns the engine's mean step
-    time (between step_finished events as stored) and every client's event latency (stored → received)."""
+    time (between step_finished events as stored), every client's latency for every message it was sent
+    (stored → received), and the CPU seconds each part of the live path spent during the run."""
     from tests.webapp.factories import agent_factory, scenario_set_factory
     from webapp.execution import executors
+    from webapp.live.consumers import SUMMARY_ONLY
     from webapp.models import Project, Run, RunEvent
     from webapp.services.runs import run_launch
 
     project = Project.objects.get(name="bench-live")
     executors.hold_submissions()  # queued until the clients are in
-    run = run_launch(user=project.owner, project=project, name=f"live-{clients}", agent=agent_factory(project=project),
+    # exact_match: the agent scores itself, so the run needs no judge
+    agent = agent_factory(project=project, environment_options={"exact_match": True})
+    run = run_launch(user=project.owner, project=project, name=f"live-{clients}", agent=agent,
                      scenario_set=scenario_set_factory(project=project), steps=steps, group_size=4,
                      groups_per_step=8, learning_rate=1e-3)
     watcher = None
@@ -232,6 +260,7 @@ def _training_run(clients: int, port: int, cookie: str, steps: int) -> tuple[flo
         watcher = subprocess.Popen([sys.executable, __file__, "--ws-clients", str(port), str(run.id), str(clients), cookie],
                                    cwd=ROOT, stdout=subprocess.PIPE, text=True)
         assert watcher.stdout.readline().strip() == "ready"
+    before = _cpu(daphne)
     executors._held = False  # noqa: SLF001  (release the hold taken above: the run starts now)
     executors.submit(run.id)
     deadline = time.monotonic() + 600
@@ -240,29 +269,44 @@ def _training_run(clients: int, port: int, cookie: str, steps: int) -> tuple[flo
         time.sleep(0.2)
     run.refresh_from_db()
     assert run.status == "completed", run.error
-    stored = {e.seq: e.created_at.timestamp() for e in RunEvent.objects.filter(run=run)}
+    stored = {e.seq: (e.created_at.timestamp(), e.kind) for e in RunEvent.objects.filter(run=run)}
     finished = sorted(e.created_at.timestamp() for e in RunEvent.objects.filter(run=run, kind="step_finished"))
     step_time = (finished[-1] - finished[0]) / (len(finished) - 1)
     latencies = []
+    clients_cpu = 0.0
     if watcher:
         out, _ = watcher.communicate(timeout=120)
-        for arrivals in json.loads(out):
-            assert len(arrivals) == len(stored), (len(arrivals), len(stored))  # every client got every event
-            latencies += [at - stored[int(seq)] for seq, at in arrivals.items()]
-    return step_time, latencies
+        report = json.loads(out)
+        clients_cpu = report["cpu_s"]
+        shown = {seq for seq, (_, kind) in stored.items() if kind not in SUMMARY_ONLY}
+        for arrivals in report["arrivals"]:
+            seqs = {int(seq) for seq in arrivals}
+            # Every event the page acts on reaches every client; the others may be folded into a later one.
+            assert shown <= seqs, sorted(shown - seqs)[:10]
+            latencies += [at - stored[int(seq)][0] for seq, at in arrivals.items()]
+    after = _cpu(daphne)
+    cpu = {name: after[name] - before[name] for name in before}
+    cpu["websocket clients"] = clients_cpu
+    cpu["engine child"] = cpu.pop("children") - clients_cpu
+    return step_time, latencies, cpu
 
 
-def bench_training(clients: int, steps: int, repeat: int) -> None:
-    """Engine step time with `clients` websocket clients on the run vs none, alternating (the machine is shared)."""
+def bench_training(clients: list[int], steps: int, repeat: int) -> None:
+    """Engine step time with each count of websocket clients on the run vs none, alternating (the machine is
+    shared), and where the CPU went in each case."""
     import requests
 
     from tests.webapp.factories import project_factory, user_factory
     from tests.webapp.factories import PASSWORD
 
+    from training.tiny_model import ensure_tiny_model
+
+    ensure_tiny_model(ROOT / "var" / "tiny-model")  # the agent's base model must exist for the launch check
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     project_factory(owner=user_factory(), name="bench-live")
     port = 8765 + os.getpid() % 1000
     daphne = _daphne(port)
+    counts = [0] + [n for n in clients if n]
     try:
         http = requests.Session()
         http.get(f"http://127.0.0.1:{port}/login/", timeout=30)
@@ -272,24 +316,30 @@ def bench_training(clients: int, steps: int, repeat: int) -> None:
         http.post(f"http://127.0.0.1:{port}/login/", data={"username": username, "password": PASSWORD,
                   "csrfmiddlewaretoken": http.cookies["csrftoken"]}, allow_redirects=False, timeout=30)
         cookie = f"sessionid={http.cookies['sessionid']}"
-        times: dict[int, list[float]] = {0: [], 1: [], clients: []}
-        latencies: dict[int, list[float]] = {1: [], clients: []}
+        times: dict[int, list[float]] = {n: [] for n in counts}
+        latencies: dict[int, list[float]] = {n: [] for n in counts}
+        cpu: dict[int, list[dict[str, float]]] = {n: [] for n in counts}
         for _ in range(repeat):
-            for n in times:
-                step_time, values = _training_run(n, port, cookie, steps)
+            for n in counts:
+                step_time, values, used = _training_run(n, port, cookie, steps, daphne)
                 times[n].append(step_time)
-                latencies.get(n, []).extend(values)
+                latencies[n].extend(values)
+                cpu[n].append(used)
     finally:
         daphne.kill()
     none = statistics.median(times[0])
     print(f"engine step time, scripted engine ({steps} steps x 8 groups of 4, Redis channel layer), median of {repeat} "
           f"runs each: no clients {none * 1000:.1f} ms")
-    for n in (1, clients):
+    for n in counts[1:]:
         step, values = statistics.median(times[n]), latencies[n]
         print(f"  {n:>3} websocket client(s) on daphne: step {step * 1000:.1f} ms ({step / none:.2f}x no clients); "
               f"event stored → client p50 {statistics.median(values) * 1000:.1f} ms  p95 {_pct(values, 0.95) * 1000:.1f} ms"
-              + (f" ({_pct(values, 0.95) / _pct(latencies[1], 0.95):.1f}x one client)" if n != 1 else "")
-              + f", {len(values):,} deliveries")
+              f", {len(values):,} messages")
+    parts = list(cpu[0][0])
+    print("CPU seconds per run (median of the runs), by part of the live path:")
+    print("  clients " + "".join(f"{name:>22}" for name in parts))
+    for n in counts:
+        print(f"  {n:>7} " + "".join(f"{statistics.median(c.get(name, 0.0) for c in cpu[n]):>22.2f}" for name in parts))
 
 
 def ws_clients(port: int, run_id: int, count: int, cookie: str) -> None:
@@ -314,7 +364,11 @@ def ws_clients(port: int, run_id: int, count: int, cookie: str) -> None:
                 return arrivals
             return await asyncio.gather(*(collect(ws) for ws in sockets))
 
-    print(json.dumps(asyncio.run(main())))
+    import resource
+
+    arrivals = asyncio.run(main())
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    print(json.dumps({"arrivals": arrivals, "cpu_s": usage.ru_utime + usage.ru_stime}))
 
 
 def publish(run_id: int, count: int) -> None:
@@ -332,10 +386,12 @@ def main() -> None:
     parser.add_argument("--trajectories", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--events", type=int, default=200)
-    parser.add_argument("--clients", type=int, default=50, help="websocket clients on one run (vs one)")
+    parser.add_argument("--clients", default="1,10,50",
+                        help="websocket clients on one run, comma-separated (latency: the largest vs one; training: each vs none)")
     parser.add_argument("--api-users", type=int, default=20, help="concurrent API users (vs one)")
     parser.add_argument("--train-steps", type=int, default=15, help="steps of each training run (0: skip)")
     parser.add_argument("--train-repeat", type=int, default=2, help="runs with and without clients, alternating")
+    parser.add_argument("--live-only", action="store_true", help="only the training run watched by websocket clients")
     parser.add_argument("--publish", nargs=2, type=int, metavar=("RUN_ID", "COUNT"), help=argparse.SUPPRESS)
     parser.add_argument("--ws-clients", nargs=4, metavar=("PORT", "RUN_ID", "COUNT", "COOKIE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -351,11 +407,14 @@ def main() -> None:
         return
     _ensure_database()
     _setup()
-    bench_latency(args.events, args.clients)
+    clients = [int(n) for n in args.clients.split(",")]
+    if not args.live_only:
+        bench_latency(args.events, max(clients))
     if args.train_steps:
-        bench_training(args.clients, args.train_steps, args.train_repeat)
-    bench_api_users(args.api_users, 10)
-    bench_pages(args.trajectories, args.repeat)
+        bench_training(clients, args.train_steps, args.train_repeat)
+    if not args.live_only:
+        bench_api_users(args.api_users, 10)
+        bench_pages(args.trajectories, args.repeat)
 
 
 if __name__ == "__main__":

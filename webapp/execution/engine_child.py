@@ -11,7 +11,8 @@ It never imports Django. Protocol with the parent:
   cancelled, for the parent to park it) or {"review": {"step": N, "rewards": {"<group index>": [effective reward per trajectory, or null]}}}, the
   parent's answer to a `review_requested` event (sent at once, or after a person approved the step's review).
   stdin closing means the parent died: the run is cancelled at the next phase boundary and the process exits.
-- EVENTS_FD: one JSON event per line (`event.to_dict()`), flushed as emitted.
+- EVENTS_FD: one JSON event per line (`event.to_dict()`), written by a thread of its own (EventWriter): a
+  parent that falls behind never holds a step up; progress events are then summarised.
 - stdout / stderr: the engine's own log, which the parent keeps next to the checkpoints.
 Torch threads are limited by the parent through OMP_NUM_THREADS, so the web process keeps a core.
 """
@@ -26,6 +27,7 @@ import os
 import sys
 import threading
 import traceback
+from collections import Counter, deque
 from pathlib import Path
 from typing import Any
 
@@ -34,17 +36,72 @@ from training.control import StaticControl
 PARENT_GONE_GRACE_S = 30.0
 
 
-class _EventWriter:
+class EventWriter:
+    """The engine's sink: a step never waits for the parent. Each event is serialised at once (the engine may
+    change its objects afterwards) and queued; a thread of its own writes the queue to the pipe. The parent
+    records every event in the database and publishes it; when that falls behind the pipe fills, and a direct
+    write would stop the step until it drains. While MAX_PENDING events wait, progress-only events are left
+    out and counted, and once the backlog has eased an `events_summarized` event says how many of each. The
+    others carry rows the pages are built from (groups, judge calls, checkpoints, steps) and are always kept;
+    the review handshake after each step's groups bounds them to about a step."""
+
+    MAX_PENDING = 64  # a few steps' groups of the demo; enough that a healthy parent never reaches it
+    SUMMARIZABLE = frozenset({"group_rolled_out"})  # the page shows them only as the run's phase
+
     def __init__(self, fd: int) -> None:
         self._file = os.fdopen(fd, "w", buffering=1, encoding="utf-8")
-        self._lock = threading.Lock()
+        self._queue: deque[str] = deque()
+        self._left_out: Counter[str] = Counter()
+        self._ready = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._drain, daemon=True, name="events")
+        self._thread.start()
 
     def __call__(self, event: Any) -> None:
         data = event.to_dict() if hasattr(event, "to_dict") else dict(event)
         line = json.dumps(data, default=str, allow_nan=False) if _finite(data) else json.dumps(data, default=str)
-        with self._lock:
+        with self._ready:
+            if data.get("kind") in self.SUMMARIZABLE and len(self._queue) >= self.MAX_PENDING:
+                self._left_out[str(data["kind"])] += 1
+                return
+            self._queue.append(line)
+            self._ready.notify()
+
+    def close(self) -> None:
+        """Writes what is queued, then closes the pipe (the parent reads until it closes)."""
+        with self._ready:
+            self._closed = True
+            self._ready.notify()
+        self._thread.join()
+        try:
+            self._file.close()
+        except OSError:
+            pass
+
+    def _drain(self) -> None:
+        while True:
+            with self._ready:
+                while not self._queue and not self._closed:
+                    self._ready.wait()
+                if not self._queue:
+                    return
+                line = self._queue.popleft()
+                note = None
+                if self._left_out and len(self._queue) < self.MAX_PENDING // 2:  # the backlog has eased
+                    note = json.dumps({"kind": "events_summarized", "left_out": dict(self._left_out),
+                                       "max_pending": self.MAX_PENDING})
+                    print(f"events: the parent fell behind; left out {dict(self._left_out)}", file=sys.stderr)
+                    self._left_out.clear()
+            if note:
+                self._write(note)  # before the event at hand: the run's last event stays its last
+            self._write(line)
+
+    def _write(self, line: str) -> None:
+        try:
             self._file.write(line + "\n")
             self._file.flush()
+        except OSError:
+            pass  # the parent is gone: nobody reads, and stdin closing cancels the run
 
 
 def _finite(data: Any) -> bool:
@@ -138,6 +195,7 @@ def main() -> int:
     rank = int(os.environ.get("RANK", "0"))  # as torchrun sets it (training.distributed imports torch: not yet)
     spec = json.loads(Path(args.spec).read_text() if args.spec else sys.stdin.readline())
     control = StaticControl()
+    events: EventWriter | None = None
     if rank > 0:
         # Another rank of a torchrun launch: it trains the groups rank 0 sends and stops with rank 0's status.
         # stdin is rank 0's (the parent's controls), and the events are rank 0's to write.
@@ -151,7 +209,8 @@ def main() -> int:
         else:
             events_fd = int(args.events)
         parking = threading.Event()
-        writer = _unless_parked(_EventWriter(events_fd), parking)
+        events = EventWriter(events_fd)
+        writer = _unless_parked(events, parking)
         mailbox = ReviewMailbox()
         threading.Thread(target=_follow_control, args=(control, mailbox, parking), daemon=True,
                          name="control").start()
@@ -178,6 +237,9 @@ def main() -> int:
         message = f"{type(err).__name__}: {err}".strip()
         writer({"kind": "run_failed", "step": -1, "error": message})
         return 1
+    finally:
+        if events is not None:
+            events.close()  # every queued event reaches the parent before the process ends
 
 
 if __name__ == "__main__":

@@ -308,6 +308,14 @@ def _on_run_failed(run: Run, e: dict[str, Any]) -> dict[str, Any]:
     return {"step": int(e.get("step", -1)), "error": error[:4000]}
 
 
+def _on_events_summarized(run: Run, e: dict[str, Any]) -> dict[str, Any]:
+    """The engine's event writer fell behind this side's recording and left progress events out (the rows
+    come from the events it always keeps): said in the log and in the run's event history."""
+    left_out = {str(k): int(v) for k, v in (e.get("left_out") or {}).items()}
+    log.warning("run %s: the engine left out %s while its events waited to be recorded", run.pk, left_out)
+    return {"left_out": left_out, "max_pending": int(e.get("max_pending") or 0)}
+
+
 _HANDLERS: dict[str, Callable[[Run, dict[str, Any]], dict[str, Any]]] = {
     "run_started": _on_run_started,
     "group_rolled_out": _on_group_rolled_out,
@@ -323,4 +331,5 @@ _HANDLERS: dict[str, Callable[[Run, dict[str, Any]], dict[str, Any]]] = {
     "evaluation": evaluation_payload,  # held-out evaluations and monitor alerts: evaluation_events.py
     "monitor_alert": alert_payload,
     "evaluation_failed": evaluation_failed_payload,
+    "events_summarized": _on_events_summarized,
 }
