@@ -3,6 +3,8 @@ sockets watch it, and each socket sends what changes its page, folded per ~100 m
 replay ends."""
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 import redis
 from asgiref.sync import sync_to_async
@@ -22,6 +24,16 @@ from webapp.live.publish import run_group
 from webapp.models import RunEvent, RunStatus
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+async def _relays_stopped():
+    """Each test ends once the relays its sockets left have left the run's group: a relay still cleaning up
+    when the test's event loop closes is cancelled inside channels_redis, which can then hang the loop."""
+    yield
+    relays = [t for t in asyncio.all_tasks() if t.get_name().endswith("-relay")]
+    if relays:
+        await asyncio.wait(relays, timeout=10)
 
 
 def _connect(user, run, after: int = 0) -> WebsocketCommunicator:
