@@ -129,9 +129,10 @@ class ExternalRollouts:
             state = control.state()
             if not waiting or state == "cancel" or time.monotonic() > deadline:
                 break
+            slept = time.monotonic()
             await asyncio.sleep(self.poll_s)
             if state == "pause":  # a paused run's clients stop; the time paused is not theirs to lose
-                deadline += self.poll_s
+                deadline += time.monotonic() - slept
         missing = sorted(waiting)
         sink(RolloutsClosed(step=step, received=sorted(received), missing=missing))
         if missing and control.state() != "cancel":

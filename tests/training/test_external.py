@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import httpx
 import openai
@@ -103,8 +104,9 @@ class Agent:
     """The user's process, played in the test: it reads each `rollouts_wanted`, samples every trajectory through
     the announced HTTP endpoint with the plain openai client, and hands the groups in."""
 
-    def __init__(self, inbox: Inbox, *, leave_out: set[tuple[int, int]] = frozenset()) -> None:
-        self.inbox, self.leave_out = inbox, leave_out
+    def __init__(self, inbox: Inbox, *, leave_out: set[tuple[int, int]] = frozenset(),
+                 hand_in_after_s: float = 0.0) -> None:
+        self.inbox, self.leave_out, self.hand_in_after_s = inbox, leave_out, hand_in_after_s
         self.wanted: asyncio.Queue = asyncio.Queue()
         self.sampled: dict[tuple[int, int], list[list[int]]] = {}
         self.events: list = []
@@ -133,12 +135,14 @@ class Agent:
     async def run(self) -> None:
         while True:
             wanted = await self.wanted.get()
+            asked = time.monotonic()
             client = openai.AsyncOpenAI(base_url=wanted.base_url, api_key="unused", max_retries=0)
             assert "reference" not in json.dumps(wanted.groups)  # the judge's, never the agent's
             for group in wanted.groups:
                 if (wanted.step, group["group_index"]) in self.leave_out:
                     continue
                 trajectories = [await self.one(client, wanted, group) for _ in range(wanted.group_size)]
+                await asyncio.sleep(max(0.0, asked + self.hand_in_after_s - time.monotonic()))
                 self.inbox.put(wanted.step, group["group_index"], trajectories)
 
 
@@ -179,6 +183,29 @@ def test_a_group_that_does_not_come_is_recorded_as_failed_rollouts_and_the_step_
     assert (closed.received, closed.missing) == ([0], [1])
     metrics = next(e.metrics for e in agent.events if isinstance(e, StepFinished))
     assert metrics["rollout_errors"] == 4 and metrics["trained_sequences"] == 4
+
+
+def test_time_paused_does_not_count_against_the_groups_deadline(tiny_model_dir, tmp_path):
+    from training.control import StaticControl
+
+    control = StaticControl()
+    agent = Agent(Inbox(), hand_in_after_s=3.5)  # after the 2 s deadline, but 3.3 s of that paused
+    original = agent.sink
+
+    def sink(event) -> None:
+        original(event)
+        if isinstance(event, RolloutsWanted):
+            loop = asyncio.get_running_loop()
+            loop.call_later(0.2, control.set, "pause")
+            loop.call_later(4.2, control.set, "run")
+
+    agent.sink = sink
+    config = small_config(tiny_model_dir, tmp_path, steps=1,
+                          environment={"kind": "external", "options": {"group_timeout_s": 2.0}})
+    summary = asyncio.run(_train_with(agent, config, control=control))
+    assert summary.status == "completed"
+    closed = next(e for e in agent.events if isinstance(e, RolloutsClosed))
+    assert (closed.received, closed.missing) == ([0, 1], [])
 
 
 def test_with_on_missing_fail_a_group_that_does_not_come_fails_the_run_naming_it(tiny_model_dir, tmp_path):
