@@ -14,7 +14,8 @@ from webapp.models.catalogue import MESSAGE_MAX, PROMPT_MAX
 from webapp.services import run_config as defaults
 
 ENVIRONMENT_KINDS = [("chat", "chat: answer the scenario"), ("tools", "tools: function calling"),
-                     ("game_2048", "game_2048: play 2048 (verifiable reward)")]
+                     ("game_2048", "game_2048: play 2048 (verifiable reward)"),
+                     ("external", "Your own code (external rollouts)")]
 
 
 def apply_service_errors(form: forms.Form, err: ValidationError) -> None:
@@ -340,3 +341,7 @@ class PlaygroundFilterForm(forms.Form):
         data = self.cleaned_data
         return {"run_id": data["run"].id if data.get("run") else None, "step": data.get("step"),
                 "labelled": data.get("labelled") or "", "disagreement": bool(data.get("disagreement"))}
+
+
+class ProjectTokenForm(forms.Form):
+    name = forms.CharField(max_length=100, help_text="Where the key will be used, e.g. the machine or script.")
