@@ -394,3 +394,37 @@ def test_the_runner_sends_submitted_groups_to_the_engine_and_all_of_them_again_w
     assert all(g.forwarded_at is not None for g in ExternalGroup.objects.filter(run=run))
     phases = list(RunEvent.objects.filter(run=run, kind="rollouts_closed").values_list("payload__received", flat=True))
     assert phases == [[0], [0]]
+
+
+# --- the agent form -----------------------------------------------------------------------------------------
+
+
+def test_an_agent_can_roll_out_in_your_own_code_with_its_options_checked(client):
+    from webapp.models import Agent
+
+    project = project_factory()
+    client.force_login(project.owner)
+    form = {"name": "mine", "base_model": "var/tiny-model", "environment_kind": "external", "temperature": 1,
+            "top_p": 1, "max_tokens": 64}
+    bad = client.post(f"/projects/{project.id}/agents/new/", {**form, "environment_options": '{"on_missing": "wait"}'})
+    assert bad.status_code == 400 and "on_missing" in bad.content.decode()
+    assert "Your own code (external rollouts)" in bad.content.decode()
+    good = client.post(f"/projects/{project.id}/agents/new/", {**form, "environment_options": '{"group_timeout_s": 30}'})
+    assert good.status_code == 302
+    assert Agent.objects.get(project=project).environment_options == {
+        "group_timeout_s": 30.0, "on_missing": "skip", "allow_unsampled": False}
+
+
+def test_an_external_agent_launches_without_a_judge_and_with_one(judge_double):
+    from webapp.services.runs import run_launch
+    from tests.webapp.factories import scenario_set_factory
+
+    project = project_factory()
+    agent = agent_factory(project=project, environment_kind="external", environment_options={})
+    judge_double.queue({"scores": [{"trajectory_id": "1", "explanation": "right", "score": 1.0},
+                                   {"trajectory_id": "2", "explanation": "wrong", "score": 0.0}]})  # launch's test
+    for judge in (None, judge_factory(project=project, api_base=judge_double.api_base)):
+        run = run_launch(user=project.owner, project=project, name=f"ext-{judge is not None}", agent=agent,
+                         scenario_set=scenario_set_factory(project=project), judge_config=judge, steps=1,
+                         group_size=2, groups_per_step=1, learning_rate=1e-5)
+        assert run.config["environment"]["kind"] == "external"
