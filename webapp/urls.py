@@ -38,6 +38,7 @@ urlpatterns = [
     path("runs/<int:run_id>/", runs.run_detail, name="run-detail"),
     path("runs/<int:run_id>/header/", runs.run_header, name="run-header"),
     path("runs/<int:run_id>/steps/", runs.run_steps, name="run-steps"),
+    path("runs/<int:run_id>/external/", runs.run_external, name="run-external"),
     path("runs/<int:run_id>/checkpoints/", runs.run_checkpoints, name="run-checkpoints"),
     path("runs/<int:run_id>/checkpoint-table/", runs.run_checkpoint_table, name="run-checkpoint-table"),
     path("checkpoints/<int:checkpoint_id>/evaluate/", evaluation.checkpoint_evaluate, name="checkpoint-evaluate"),

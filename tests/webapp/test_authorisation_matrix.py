@@ -64,6 +64,7 @@ EXPECTED: dict[str, Entry] = {
     "run-detail": page(get=(V, 200)),
     "run-header": page(get=(V, 200)),
     "run-steps": page(get=(V, 200)),
+    "run-external": page(get=(V, 404)),  # members only; the world's run is no external agent's, so it has no panel
     "run-checkpoints": page(get=(V, 200)),
     "run-checkpoint-table": page(get=(V, 200)),
     "checkpoint-evaluate": page(post=(E, 302)),  # back to the run page, with the outcome in the message bar
