@@ -428,3 +428,17 @@ def test_an_external_agent_launches_without_a_judge_and_with_one(judge_double):
                          scenario_set=scenario_set_factory(project=project), judge_config=judge, steps=1,
                          group_size=2, groups_per_step=1, learning_rate=1e-5)
         assert run.config["environment"]["kind"] == "external"
+
+
+# --- the docs -----------------------------------------------------------------------------------------------
+
+
+def test_the_api_docs_name_the_external_rollouts_endpoints_and_the_schema_documents_their_refusals(client):
+    page = client.get("/api/docs/").content.decode()
+    assert "/api/runs/{id}/rollouts/groups/" in page and "X-Trajectory-Id" in page and "Bearer rs_" in page
+    schema = client.get("/api/schema/", HTTP_ACCEPT="application/json").json()
+    submit_op = schema["paths"]["/api/runs/{id}/rollouts/groups/"]["post"]
+    assert {"201", "400", "401", "403", "404", "409", "413", "422"} <= set(submit_op["responses"])
+    assert "/api/runs/{id}/rollouts/" in schema["paths"]
+    assert not [p for p in schema["paths"] if "openai" in p]  # OpenAI's own API, documented in words
+    assert "External rollouts" in schema["info"]["description"]
