@@ -149,6 +149,9 @@ def test_the_state_endpoint_names_the_open_step_its_scenarios_and_what_was_submi
     assert [(g["group_index"], g["scenario"]["user_message"], g["submitted"]) for g in state["groups"]] == [
         (0, "Question 1?", False), (1, "Question 2?", True)]
     assert "reference" not in json.dumps(state)
+    # Where the run's server listens stays on the server: not in the state, nor in the event pages are sent.
+    assert "127.0.0.1:9" not in json.dumps(state)
+    assert "base_url" not in RunEvent.objects.get(run=run, kind="rollouts_wanted").as_message()["data"]
 
     run_event_ingest(run_id=run.id, event={"kind": "rollouts_closed", "step": 1, "received": [1], "missing": [0]})
     assert client.get(path).json()["step"] is None
