@@ -189,7 +189,10 @@ def test_a_malformed_submission_is_a_400_naming_the_field(step_one):
                         ({"step": 1, "group_index": 7, "trajectories": [{"id": "a"}]}, "group_index"),
                         ({"step": 1, "group_index": 0, "trajectories": [{"id": "a"}, {"id": "a"}]}, "trajectories"),
                         ({"step": 1, "group_index": 0, "trajectories": [
-                            {"id": "a", "messages": [{"role": "robot", "content": "x"}]}]}, "trajectories")):
+                            {"id": "a", "messages": [{"role": "robot", "content": "x"}]}]}, "trajectories"),
+                        ({"step": 1, "group_index": 0, "trajectories": [{"id": "a", "messages": []}]}, "trajectories"),
+                        ({"step": 1, "group_index": 0, "trajectories": [{"id": "a", "messages": [
+                            {"role": "assistant", "tool_calls": [{"function": "f"}]}]}]}, "trajectories")):
         response = submit(client, run, body)
         assert response.status_code == 400 and field in response.json() and response.json()["detail"], body
 
@@ -515,3 +518,15 @@ def test_an_agent_in_your_own_code_trains_a_run_on_the_tiny_model_through_the_we
         assert sorted(t.env_reward for t in group.trajectories.all()) == [0.0, 1.0]
     assert run.checkpoints.count() == 2
     assert all(g.forwarded_at for g in ExternalGroup.objects.filter(run=run))
+
+
+def test_the_endpoint_says_so_when_the_runs_server_does_not_answer():
+    from tests.webapp.authz_world import _closed_port
+
+    run = external_run()
+    open_step(run, base_url=f"http://127.0.0.1:{_closed_port()}/v1")
+    response = user_client(run.project.owner).post(
+        f"/api/runs/{run.id}/openai/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]},
+        format="json", HTTP_X_TRAJECTORY_ID="t1")
+    assert response.status_code == 502 and "did not answer" in response.json()["detail"]
+    assert not ExternalCall.objects.exists()

@@ -32,7 +32,7 @@ class SubmittedMessageSerializer(serializers.Serializer):
 class SubmittedTrajectorySerializer(serializers.Serializer):
     id = serializers.RegexField(ID_REGEX, max_length=64, help_text="The trajectory id its calls were made with "
                                 "(header X-Trajectory-Id): 1 to 64 letters, digits, '_', '.' or '-'.")
-    messages = SubmittedMessageSerializer(many=True, required=False, help_text=(
+    messages = SubmittedMessageSerializer(many=True, required=False, allow_empty=False, help_text=(
         "The conversation; left out: the last recorded call's messages and answer. Every assistant turn must be "
         "an answer the model sampled for this trajectory (422 otherwise, unless the run allows it)."))
     reward = serializers.FloatField(required=False, allow_null=True,

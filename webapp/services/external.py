@@ -75,7 +75,8 @@ def external_call_record(*, run: Run, trajectory_key: str, request: dict[str, An
     external_id_check(value=trajectory_key, field="X-Trajectory-Id")
     usage = completion.get("usage") or {}
     return ExternalCall.objects.create(
-        run=run, trajectory_key=trajectory_key, model=str(completion.get("model") or request.get("model") or ""),
+        run=run, trajectory_key=trajectory_key,
+        model=str(completion.get("model") or request.get("model") or "")[:300],
         request={"messages": request.get("messages") or [], "tools": request.get("tools")},
         choices=[_choice_record(c) for c in completion.get("choices") or [] if isinstance(c, dict)],
         completion_tokens=int(usage.get("completion_tokens") or 0))

@@ -64,7 +64,8 @@ def external_models(*, run: Run) -> Upstream:
 def external_chat_completion(*, run: Run, body: dict[str, Any], trajectory_key: str | None) -> Upstream:
     base_url, model = _base_url(run)
     stream = bool(body.get("stream"))
-    include_usage = stream and bool((body.get("stream_options") or {}).get("include_usage"))
+    options = body.get("stream_options")
+    include_usage = stream and isinstance(options, dict) and bool(options.get("include_usage"))
     forwarded = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
     forwarded.setdefault("model", model)
     forwarded.update(logprobs=True, return_token_ids=True)
@@ -80,10 +81,12 @@ def external_chat_completion(*, run: Run, body: dict[str, Any], trajectory_key: 
         completion = response.json()
     except ValueError as err:
         return _unreachable(ValueError(f"its answer is not JSON ({err})"))
+    if not isinstance(completion, dict) or not isinstance(completion.get("choices"), list):
+        return _unreachable(ValueError("its answer is not a chat completion"))
     if trajectory_key:
         external_call_record(run=run, trajectory_key=trajectory_key, request=forwarded, completion=completion)
-    for choice in completion.get("choices") or []:  # what the client did not ask for, as a server would answer
-        if not body.get("logprobs"):
+    for choice in [c for c in completion["choices"] if isinstance(c, dict)]:  # unasked-for parts left out,
+        if not body.get("logprobs"):  # as a server would answer
             choice.pop("logprobs", None)
         if not body.get("return_token_ids"):
             choice.pop("token_ids", None)
