@@ -57,6 +57,12 @@ EXPECTED: dict[str, Entry] = {
     "judge-edit": page(get=(E, 200), post=(E, 400)),
     "judge-test": page(post=(E, 200)),  # the failed call is the result (the world's judge port is closed)
     "judge-check": page(get=(E, 200), post=(E, 400)),  # the judge's failure shown as the form's error
+    # an HTTP server (a stdio one is the project admin's alone: test_mcp_servers.py); its test connection
+    # fails at once (a closed port) and shows the failure
+    "mcp-server-create": page(get=(E, 200), post=(E, 400)),
+    "mcp-server-detail": page(get=(V, 200)),
+    "mcp-server-edit": page(get=(E, 200), post=(E, 400)),
+    "mcp-server-test": page(post=(E, 200)),
     "run-list": page(get=(V, 200)),
     "run-launch": page(get=(E, 200), post=(E, 400)),
     "run-detail": page(get=(V, 200)),

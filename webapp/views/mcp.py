@@ -5,7 +5,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_POST, require_safe
 
 from webapp.forms import McpServerForm
 from webapp.models import Role
@@ -49,6 +49,7 @@ def mcp_server_edit(request: HttpRequest, server_id: int) -> HttpResponse:
 
 
 @login_required
+@require_safe
 def mcp_server_detail(request: HttpRequest, server_id: int) -> HttpResponse:
     server = mcp_server_get(user=request.user, server_id=server_id)
     role = access.project_role(user=request.user, project=server.project)
