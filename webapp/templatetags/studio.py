@@ -94,7 +94,7 @@ def conversation(messages: Any) -> list[dict[str, Any]]:
             fn = (call.get("function") or {}) if isinstance(call, dict) else {}
             call_id = str(call.get("id") or "") if isinstance(call, dict) else ""
             result = results.get(call_id) if call_id else None
-            text = None if result is None else message_text(result.get("content") or "")
+            text = None if result is None else pretty_json(message_text(result.get("content") or ""))
             if result is not None:
                 shown.add(call_id)
             arguments = pretty_json(fn.get("arguments") or "")
