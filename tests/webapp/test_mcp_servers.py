@@ -214,3 +214,48 @@ def test_the_engine_reads_secret_headers_only_from_studio_mcp_variables(monkeypa
         spec.all_headers()
     monkeypatch.setenv("STUDIO_MCP_HEADER_0", "Bearer t")
     assert spec.all_headers() == {"A": "1", "Authorization": "Bearer t"}
+
+
+def test_the_api_chooses_a_project_server_for_an_mcp_agent_by_its_id():
+    from rest_framework.test import APIClient
+
+    project = project_factory()
+    server = mcp_server_factory(project=project)
+    foreign = mcp_server_factory(project=project_factory())
+    api = APIClient()
+    api.force_authenticate(project.owner)
+    body = {"project": project.pk, "name": "a", "base_model": "var/tiny-model", "environment_kind": "mcp",
+            "environment_options": {"mcp_server": server.pk, "reward": "reference"}}
+    response = api.post("/api/agents/", body, format="json")
+    assert response.status_code == 201, response.content
+    assert Agent.objects.get(pk=response.json()["id"]).environment_options == {"mcp_server": server.pk,
+                                                                             "reward": "reference"}
+    response = api.post("/api/agents/", {**body, "name": "b", "environment_options": {"mcp_server": foreign.pk}},
+                        format="json")
+    assert response.status_code == 400 and "MCP servers" in response.content.decode()
+
+
+def test_the_agent_form_shows_the_mcp_choices_and_a_fork_keeps_its_parents_server_and_secrets(client, tmp_path):
+    from webapp.models import Checkpoint
+    from webapp.services.runs import run_fork
+
+    project = project_factory()
+    server = svc.mcp_server_create(user=project.owner, project=project, name="mail", transport="http",
+                                   url="http://127.0.0.1:8765/mcp", headers={"Authorization": "Bearer one"})
+    agent = _mcp_agent(client, project, server)
+    form = client.get(f"/agents/{agent.pk}/").content.decode()
+    assert f'<option value="{server.pk}" selected>mail</option>' in form and 'name="mcp_max_turns" value="4"' in form
+    run = run_launch(user=project.owner, project=project, name="r", agent=agent,
+                     scenario_set=scenario_set_factory(project=project), steps=1, group_size=2, groups_per_step=1,
+                     learning_rate=1e-5)
+    (tmp_path / "adapter_config.json").write_text("{}")
+    checkpoint = Checkpoint.objects.create(run=run, step_index=1, path=str(tmp_path), adapter_name="r@1")
+    svc.mcp_server_update(user=project.owner, server=server, url="http://127.0.0.1:9999/mcp",
+                          headers={"Authorization": "Bearer two"})
+    fork = run_fork(user=project.owner, checkpoint=checkpoint, name="fork", rubric_version=None, judge_config=None,
+                    steps=1)
+    assert fork.config["environment"]["options"]["server"]["url"] == "http://127.0.0.1:8765/mcp"
+    assert engine_env(fork)["STUDIO_MCP_HEADER_0"] == "Bearer one"
+    with pytest.raises(ValidationError, match="environment.options.server cannot be set here"):
+        run_fork(user=project.owner, checkpoint=checkpoint, name="fork2", rubric_version=None, judge_config=None,
+                 steps=1, overrides={"environment": {"options": {"server": {"transport": "stdio", "command": "sh"}}}})
