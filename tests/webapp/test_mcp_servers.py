@@ -259,3 +259,23 @@ def test_the_agent_form_shows_the_mcp_choices_and_a_fork_keeps_its_parents_serve
     with pytest.raises(ValidationError, match="environment.options.server cannot be set here"):
         run_fork(user=project.owner, checkpoint=checkpoint, name="fork2", rubric_version=None, judge_config=None,
                  steps=1, overrides={"environment": {"options": {"server": {"transport": "stdio", "command": "sh"}}}})
+
+
+@pytest.mark.parametrize("mode, says", [
+    ("silent", "did not start, or could not be reached, within its time"),
+    ("bad_schema", "lists a tool a model cannot be given"),
+    ("exit", "did not start, or could not be reached, within its time"),
+])
+def test_a_hanging_an_exiting_or_a_bad_schema_server_is_named_in_peoples_words(client, mode, says):
+    from tests.training.mcp_helpers import FAULT_SERVER
+
+    project = project_factory()
+    server = svc.mcp_server_create(user=project.owner, project=project, name=mode, transport="stdio",
+                                   command=sys.executable, args=[FAULT_SERVER, mode], per_call_timeout_s=2)
+    client.force_login(project.owner)
+    page = client.post(f"/mcp-servers/{server.pk}/test/", **HTMX).content.decode()
+    assert 'data-ok="0"' in page and says in page
+    if mode == "exit":  # the server's own stderr, in the folded details
+        assert "refusing to start" in page
+    server.refresh_from_db()
+    assert server.tools == []

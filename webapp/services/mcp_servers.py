@@ -164,7 +164,9 @@ def mcp_server_test(*, user, server: McpServer) -> ConnectionTest:
         spec = HttpServer(transport="http", url=server.url, headers=_headers(server))
 
     async def listed() -> list[dict[str, Any]]:
-        async with open_session(spec, startup_timeout_s=TEST_STARTUP_TIMEOUT_S,
+        # A server that takes longer than a tool call may take to start and list its tools hangs, for a person
+        # waiting on the page (a run allows startup_timeout_s, 30 s by default).
+        async with open_session(spec, startup_timeout_s=min(TEST_STARTUP_TIMEOUT_S, server.per_call_timeout_s),
                                 per_call_timeout_s=server.per_call_timeout_s,
                                 max_result_chars=server.max_result_chars) as session:
             return session.tools
