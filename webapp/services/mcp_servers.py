@@ -40,8 +40,16 @@ def _require_stdio_admin(user, project: Project) -> None:
                                "site administrator may add or change one")
 
 
+def _decrypt(token: str, what: str) -> dict[str, str]:
+    try:
+        return json.loads(secret_decrypt(token=token)) if token else {}
+    except ValueError:
+        raise ValueError(f"{what} cannot be decrypted: SECRET_KEY or STUDIO_ENCRYPTION_KEY changed; enter the "
+                         "MCP server's headers again on its page") from None
+
+
 def _headers(server: McpServer) -> dict[str, str]:
-    return json.loads(secret_decrypt(token=server.headers_encrypted)) if server.headers_encrypted else {}
+    return _decrypt(server.headers_encrypted, f"the stored headers of the MCP server {server.name!r}")
 
 
 def _check(server: McpServer, headers: dict[str, str]) -> None:
@@ -214,7 +222,7 @@ def mcp_agent_run_secrets(*, agent: Any) -> str:
 
 def run_secrets_environment(*, secrets_encrypted: str) -> dict[str, str]:
     """What the engine's process gets in its environment for a run's frozen secrets."""
-    return json.loads(secret_decrypt(token=secrets_encrypted)) if secrets_encrypted else {}
+    return _decrypt(secrets_encrypted, "the MCP server headers frozen with this run")
 
 
 def mcp_environment_options_clean(*, project: Project, environment_kind: str, options: dict[str, Any],
