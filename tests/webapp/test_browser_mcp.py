@@ -50,6 +50,7 @@ def test_the_owner_adds_the_mailbox_lists_its_tools_generates_tasks_and_reads_to
         page.select_option("#id_transport", "stdio")
         page.fill("#id_command", sys.executable)
         page.fill("#id_args", "-m\ntraining.environments.mailbox_server")
+        page.screenshot(path=str(SHOTS / "mcp-0-form.png"), full_page=True)
         page.click("button[type=submit]")
         expect(page.locator("h1")).to_have_text("MCP server mailbox")
         expect(page.locator("#mcp-no-tools")).to_be_visible()
