@@ -279,3 +279,22 @@ def test_a_hanging_an_exiting_or_a_bad_schema_server_is_named_in_peoples_words(c
         assert "refusing to start" in page
     server.refresh_from_db()
     assert server.tools == []
+
+
+def test_the_api_adds_a_server_never_returns_its_header_values_and_keeps_stdio_for_the_owner():
+    from rest_framework.test import APIClient
+
+    project = project_factory()
+    editor = member_factory(project=project, role=Role.EDITOR)
+    api = APIClient()
+    api.force_authenticate(editor)
+    response = api.post("/api/mcp-servers/", {"project": project.pk, "name": "search", "transport": "http",
+                                              "url": "http://127.0.0.1:8765/mcp",
+                                              "headers": {"Authorization": "Bearer s3cret"}}, format="json")
+    assert response.status_code == 201, response.content
+    body = api.get(f"/api/mcp-servers/{response.json()['id']}/").json()
+    assert body["header_names"] == ["Authorization"] and "s3cret" not in json.dumps(body) and "headers" not in body
+    stdio = {"project": project.pk, "name": "cmd", "transport": "stdio", "command": "python", "args": ["-V"]}
+    assert api.post("/api/mcp-servers/", stdio, format="json").status_code == 403
+    api.force_authenticate(project.owner)
+    assert api.post("/api/mcp-servers/", stdio, format="json").status_code == 201

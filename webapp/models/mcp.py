@@ -33,7 +33,7 @@ class McpServer(models.Model):
     # the scenario generator; a run lists them again itself at launch.
     tools = models.JSONField(default=list, blank=True)
     tools_listed_at = models.DateTimeField(null=True, blank=True)
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
