@@ -106,12 +106,14 @@ def _text(content: Any) -> str:
     return canonical(content)
 
 
-def _line(message: Message) -> str:
+def _line(message: Message, call_names: dict[str, str] | None = None) -> str:
     """One message as `role: text`; tool calls as `assistant tool_call: name(args)`, results as
-    `tool name: text`. Any other field a message carries (a refusal, reasoning) is kept as `key= value`."""
+    `tool name: text` (the name from the message, else from the call it answers, by tool_call_id, as the pages
+    pair them). Any other field a message carries (a refusal, reasoning) is kept as `key= value`."""
     role = str(message.get("role", "?"))
-    if role == "tool" and message.get("name"):
-        role = f"tool {message['name']}"
+    name = message.get("name") or (call_names or {}).get(str(message.get("tool_call_id") or ""))
+    if role == "tool" and name:
+        role = f"tool {name}"
     lines = []
     text = _text(message.get("content"))
     if text or not message.get("tool_calls"):
@@ -128,7 +130,10 @@ def _line(message: Message) -> str:
 def transcript(messages: Sequence[Message]) -> str:
     """Messages as a plain transcript, one `role: text` entry each: the same roles, tool calls and content as
     their JSON, without the JSON's quoting and key noise."""
-    return "\n".join(_line(m) for m in messages)
+    call_names = {str(call["id"]): str((call.get("function") or {}).get("name", "?"))
+                  for m in messages for call in (m.get("tool_calls") or [])
+                  if isinstance(call, dict) and call.get("id") and isinstance(call.get("function") or {}, dict)}
+    return "\n".join(_line(m, call_names) for m in messages)
 
 
 def _tools_text(tools: list[dict[str, Any]]) -> str:

@@ -9,12 +9,13 @@ from django import forms
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
-from webapp.models import Agent, JudgeConfig, Role, RubricVersion, Scenario
+from webapp.models import Agent, JudgeConfig, McpServer, Role, RubricVersion, Scenario
 from webapp.models.catalogue import MESSAGE_MAX, PROMPT_MAX
 from webapp.services import run_config as defaults
 
 ENVIRONMENT_KINDS = [("chat", "chat: answer the scenario"), ("tools", "tools: function calling"),
                      ("game_2048", "game_2048: play 2048 (verifiable reward)"),
+                     ("mcp", "mcp: use the tools of one of the project's MCP servers"),
                      ("external", "Your own code (external rollouts)")]
 
 
@@ -70,28 +71,88 @@ class AgentForm(forms.Form):
         '{"group_timeout_s": 600, "on_missing": "skip" or "fail", "allow_unsampled": false}: how long a step '
         "waits for its groups, what a group that does not come does, and whether turns the model never sampled "
         "may train (re-tokenised).")
+    mcp_server = forms.ModelChoiceField(queryset=None, required=False, label="MCP server",  # type: ignore[arg-type]
+                                        help_text="For the mcp environment: whose tools the agent uses.")
+    mcp_max_turns = forms.IntegerField(required=False, min_value=1, max_value=64, label="Max turns",
+                                       help_text="For mcp: assistant turns before the rollout stops (default 6).")
+    mcp_answer_tool = forms.CharField(required=False, max_length=64, label="Answer tool",
+                                      help_text="For mcp: calling this tool ends the rollout (default: answer).")
+    mcp_reward = forms.ChoiceField(required=False, label="Reward", choices=[
+        ("", "none: the judge scores the answers"),
+        ("reference", "reference: the answer matches the scenario's reference (and its sources)")])
     temperature = forms.FloatField(min_value=0.0, max_value=2.0, initial=1.0)
     top_p = forms.FloatField(min_value=0.0001, max_value=1.0, initial=1.0)
     max_tokens = forms.IntegerField(min_value=1, max_value=32768, initial=256)
 
-    def clean(self) -> dict[str, Any]:
-        data = super().clean()
-        if data.get("environment_kind") == "external":  # checked by the engine's own model, as at launch
-            from pydantic import ValidationError as OptionsError
-
-            from training.external import ExternalOptions
-
-            try:
-                data["environment_options"] = ExternalOptions.model_validate(
-                    data.get("environment_options") or {}).model_dump(mode="json")
-            except OptionsError as err:
-                self.add_error("environment_options", "; ".join(
-                    f"{'.'.join(map(str, e['loc'])) or 'options'}: {e['msg']}" for e in err.errors()))
-        return data
+    def __init__(self, *args: Any, project: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["mcp_server"].queryset = McpServer.objects.filter(project=project).order_by("name")
 
     @classmethod
     def from_agent(cls, agent: Agent, **kwargs: Any) -> "AgentForm":
-        initial = {f: getattr(agent, f) for f in cls.base_fields}
+        initial = {f: getattr(agent, f) for f in cls.base_fields if hasattr(agent, f)}
+        options = dict(agent.environment_options or {})
+        if agent.environment_kind == "mcp":  # the mcp choices have their own fields, not the JSON
+            initial.update(mcp_server=options.pop("mcp_server", None), mcp_max_turns=options.pop("max_turns", None),
+                           mcp_answer_tool=options.pop("answer_tool", None), mcp_reward=options.pop("reward", ""))
+            initial["environment_options"] = options
+        return cls(initial=initial, project=agent.project, **kwargs)
+
+    def clean_mcp_reward(self) -> str | None:
+        return self.cleaned_data.get("mcp_reward") or None
+
+
+def _header_lines(text: str) -> dict[str, str]:
+    headers = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        name, colon, value = line.partition(":")
+        if not colon or not name.strip():
+            raise ValidationError(f"line {number}: write each header as Name: value")
+        headers[name.strip()] = value.strip()
+    return headers
+
+
+class McpServerForm(forms.Form):
+    name = forms.CharField(max_length=200)
+    transport = forms.ChoiceField(choices=McpServer.Transport.choices, initial=McpServer.Transport.HTTP)
+    url = forms.CharField(required=False, max_length=500, label="URL (HTTP)",
+                          help_text="The streamable-HTTP endpoint, e.g. http://127.0.0.1:8765/mcp.")
+    headers = forms.CharField(required=False, max_length=5000, label="Headers (HTTP)",
+                              widget=forms.Textarea(attrs={"rows": 2, "class": "mono", "autocomplete": "off"}),
+                              help_text="One per line, Name: value. Stored encrypted and never shown again; "
+                                        "leave blank to keep the stored ones.")
+    clear_headers = forms.BooleanField(required=False, label="Remove the stored headers")
+    command = forms.CharField(required=False, max_length=500, label="Command (stdio)",
+                              help_text="The program the workers run, e.g. python.")
+    args = forms.CharField(required=False, max_length=5000, label="Arguments (stdio)",
+                           widget=forms.Textarea(attrs={"rows": 2, "class": "mono"}), help_text="One per line.")
+    env = JSONObjectField(required=False, label="Environment (stdio)",
+                          help_text='Added to a minimal environment, as JSON, e.g. {"MODE": "test"}.')
+    per_call_timeout_s = forms.FloatField(min_value=0.1, max_value=600, initial=30.0, label="Per-call timeout (s)")
+    max_result_chars = forms.IntegerField(min_value=100, max_value=200_000, initial=4000, label="Result cap (chars)")
+    max_concurrent_calls = forms.IntegerField(min_value=1, max_value=256, initial=8, label="Concurrent calls")
+
+    def __init__(self, *args: Any, allow_stdio: bool, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if not allow_stdio:  # stdio servers run code on the workers: the owner's (or a site admin's) call
+            self.fields["transport"].choices = [(McpServer.Transport.HTTP, McpServer.Transport.HTTP.label)]
+            for name in ("command", "args", "env"):
+                del self.fields[name]
+
+    def clean_args(self) -> list[str]:
+        return [line.strip() for line in self.cleaned_data.get("args", "").splitlines() if line.strip()]
+
+    def clean_headers(self) -> dict[str, str]:
+        return {k: v for k, v in _header_lines(self.cleaned_data.get("headers", "")).items() if v}
+
+    @classmethod
+    def from_server(cls, server: McpServer, **kwargs: Any) -> "McpServerForm":
+        fields = ("name", "transport", "url", "command", "env", "per_call_timeout_s", "max_result_chars",
+                  "max_concurrent_calls")
+        initial = {f: getattr(server, f) for f in fields}
+        initial["args"] = "\n".join(server.args)
         return cls(initial=initial, **kwargs)
 
 

@@ -5,7 +5,9 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 
 from webapp.ratelimit import LoginView
-from webapp.views import account, catalogue, evaluation, judge_check, projects, review, runs, scenario_generator, tokens
+from webapp.views import (
+    account, catalogue, evaluation, judge_check, mcp, projects, review, runs, scenario_generator, tokens,
+)
 
 urlpatterns = [
     path("login/", LoginView.as_view(), name="login"),
@@ -32,6 +34,10 @@ urlpatterns = [
     path("judges/<int:judge_id>/", catalogue.judge_edit, name="judge-edit"),
     path("judges/<int:judge_id>/test/", catalogue.judge_test, name="judge-test"),
     path("judges/<int:judge_id>/check/", judge_check.judge_check, name="judge-check"),
+    path("projects/<int:project_id>/mcp-servers/new/", mcp.mcp_server_create, name="mcp-server-create"),
+    path("mcp-servers/<int:server_id>/", mcp.mcp_server_detail, name="mcp-server-detail"),
+    path("mcp-servers/<int:server_id>/edit/", mcp.mcp_server_edit, name="mcp-server-edit"),
+    path("mcp-servers/<int:server_id>/test/", mcp.mcp_server_test, name="mcp-server-test"),
     path("projects/<int:project_id>/runs/", runs.run_list, name="run-list"),
     path("projects/<int:project_id>/runs/new/", runs.run_launch, name="run-launch"),
     path("projects/<int:project_id>/runs/compare/", review.runs_compare, name="runs-compare"),

@@ -14,7 +14,7 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from tests.webapp.factories import (
-    agent_factory, judge_factory, member_factory, project_factory, rubric_factory, run_factory,
+    agent_factory, judge_factory, mcp_server_factory, member_factory, project_factory, rubric_factory, run_factory,
     scenario_set_factory, user_factory,
 )
 from webapp.live.ingest import run_event_ingest
@@ -83,7 +83,9 @@ def build_world(tmp_path: Path) -> World:
     rescore = Rescore.objects.create(project=project, rubric_text="x", judge_config=judge, judge_model=judge.model,
                                      group_ids=[trajectory.group_id], status=Rescore.Status.DONE)
     token, _ = project_token_create(user=project.owner, project=project, name="world")
-    ids = {"project_id": project.id, "token_id": token.id, "agent_id": agent.id, "scenario_set_id": scenario_set.id,
+    mcp_server = mcp_server_factory(project=project, url=f"http://127.0.0.1:{_closed_port()}/mcp")
+    ids = {"project_id": project.id, "token_id": token.id, "server_id": mcp_server.id, "agent_id": agent.id,
+           "scenario_set_id": scenario_set.id,
            "rubric_id": rubric.id, "judge_id": judge.id, "run_id": run.id, "group_id": trajectory.group_id,
            "trajectory_id": trajectory.id, "checkpoint_id": checkpoint.id, "rescore_id": rescore.id,
            "scenario_id": "s1", "scenario_pk": scenario.id, "action": "pause", "user_id": users["viewer"].id,

@@ -7,7 +7,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 
 from webapp.models import (
-    Agent, JudgeConfig, Membership, Project, Role, Rubric, RubricVersion, Run, Scenario, ScenarioSet,
+    Agent, JudgeConfig, McpServer, Membership, Project, Role, Rubric, RubricVersion, Run, Scenario, ScenarioSet,
 )
 from webapp.services.run_config import run_config_build
 
@@ -59,6 +59,16 @@ def judge_factory(*, project: Project, **fields: Any) -> JudgeConfig:
     fields.setdefault("name", f"judge {next(_n)}")
     fields.setdefault("model", "openai/judge")
     return JudgeConfig.objects.create(project=project, **fields)
+
+
+def mcp_server_factory(*, project: Project, **fields: Any) -> McpServer:
+    """An HTTP server by default (nothing is started); pass transport="stdio", command, args for a stdio one."""
+    fields.setdefault("name", f"mcp {next(_n)}")
+    if fields.get("transport") == "stdio":
+        fields.setdefault("command", "python")
+    else:
+        fields.setdefault("url", "http://127.0.0.1:9/mcp")
+    return McpServer.objects.create(project=project, **fields)
 
 
 def run_factory(*, project: Project | None = None, status: str = "queued", steps: int = 2,

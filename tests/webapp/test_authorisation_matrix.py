@@ -59,6 +59,12 @@ EXPECTED: dict[str, Entry] = {
     "judge-edit": page(get=(E, 200), post=(E, 400)),
     "judge-test": page(post=(E, 200)),  # the failed call is the result (the world's judge port is closed)
     "judge-check": page(get=(E, 200), post=(E, 400)),  # the judge's failure shown as the form's error
+    # an HTTP server (a stdio one is the project admin's alone: test_mcp_servers.py); its test connection
+    # fails at once (a closed port) and shows the failure
+    "mcp-server-create": page(get=(E, 200), post=(E, 400)),
+    "mcp-server-detail": page(get=(V, 200)),
+    "mcp-server-edit": page(get=(E, 200), post=(E, 400)),
+    "mcp-server-test": page(post=(E, 200)),
     "run-list": page(get=(V, 200)),
     "run-launch": page(get=(E, 200), post=(E, 400)),
     "run-detail": page(get=(V, 200)),
@@ -103,6 +109,9 @@ EXPECTED: dict[str, Entry] = {
     "api:rubric-versions": api(post=(E, 400)),
     "api:judge-config-list": api(get=("any", 200), post=("any", 400)),
     "api:judge-config-detail": api(get=(V, 200), put=(E, 400), patch=(E, 200)),
+    "api:mcp-server-list": api(get=("any", 200), post=("any", 400)),
+    "api:mcp-server-detail": api(get=(V, 200), put=(E, 400), patch=(E, 200)),
+    "api:mcp-server-test": api(post=(E, 200)),  # the failed connection is the result (a closed port)
     "api:run-list": api(get=("any", 200), post=("any", 400)),
     "api:run-detail": api(get=(V, 200)),
     "api:run-agreement": api(get=(V, 200)),
@@ -145,7 +154,7 @@ ARG_IDS = {"scenario-edit": {"scenario_id": "scenario_pk"}}
 QUERY = {"api:run-compare": "?t={trajectory_id}", "run-compare": "?t={trajectory_id}"}  # what they compare
 # The API router's ids → the world's objects.
 API_PK = {"project": "project_id", "agent": "agent_id", "scenario-set": "scenario_set_id", "rubric": "rubric_id",
-          "judge-config": "judge_id", "run": "run_id", "group": "group_id", "trajectory": "trajectory_id",
+          "judge-config": "judge_id", "mcp-server": "server_id", "run": "run_id", "group": "group_id", "trajectory": "trajectory_id",
           "playground": "rescore_id"}
 
 

@@ -12,7 +12,7 @@ from tests.webapp.authz_world import World, build_world
 from tests.webapp.test_authorisation_matrix import EXPECTED, _path
 from tests.webapp.test_browser import ARGS, CHROMIUM, log_in, server  # noqa: F401  (fixture)
 from webapp.live.ingest import run_event_ingest
-from webapp.models import Agent, JudgeConfig, Rescore, Rubric, Run, Scenario, Trajectory
+from webapp.models import Agent, JudgeConfig, McpServer, Rescore, Rubric, Run, Scenario, Trajectory
 
 pytestmark = [pytest.mark.django_db(transaction=True),
               pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium (make system-deps)")]
@@ -35,7 +35,13 @@ def _hostile_world(tmp_path) -> World:
     Rubric.objects.filter(pk=ids["rubric_id"]).update(name=SHORT)
     JudgeConfig.objects.filter(pk=ids["judge_id"]).update(name=SHORT)
     Run.objects.filter(pk=ids["run_id"]).update(name=SHORT, error=CORPUS, phase=CORPUS[:200])
+    McpServer.objects.filter(pk=ids["server_id"]).update(name=SHORT, header_names=[SHORT], tools=[
+        {"type": "function", "function": {"name": SHORT, "description": CORPUS,
+                                          "parameters": {"type": "object", "description": CORPUS}}}])
+    call = {"id": SHORT, "type": "function", "function": {"name": SHORT, "arguments": CORPUS}}
     records = [{"scenario_id": "s1", "messages": [{"role": "user", "content": CORPUS},
+                                                  {"role": "assistant", "content": "", "tool_calls": [call]},
+                                                  {"role": "tool", "tool_call_id": SHORT, "content": CORPUS},
                                                   {"role": "assistant", "content": CORPUS + f" answer {i}"}],
                 "reward": r, "judge_score": r, "explanation": CORPUS, "criteria": {SHORT: r}, "metadata": {},
                 "error": None}

@@ -12,6 +12,7 @@ raised mid-run into an error on that trajectory only.
 from __future__ import annotations
 
 import json
+import os
 import re
 import tempfile
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -63,6 +64,17 @@ class HttpServer(BaseModel):
     transport: Literal["http"]
     url: str = Field(pattern=r"^https?://", description="The streamable-HTTP endpoint, e.g. http://host:8765/mcp.")
     headers: dict[str, str] = Field(default_factory=dict, description="Sent with every request (e.g. a token).")
+    # Secret header values stay out of the config: header name -> the worker's environment variable holding it.
+    # Only STUDIO_MCP_* variables, so a config can never send the worker's other variables to a server.
+    headers_env: dict[str, Annotated[str, Field(pattern=r"^STUDIO_MCP_[A-Z0-9_]+$")]] = Field(
+        default_factory=dict, description="Header name -> a STUDIO_MCP_* environment variable holding its value.")
+
+    def all_headers(self) -> dict[str, str]:
+        missing = [var for var in self.headers_env.values() if var not in os.environ]
+        if missing:
+            raise McpServerDidNotStart(f"the environment variable {missing[0]} holding a header of the MCP server "
+                                       f"{self.url!r} is not set on this worker")
+        return {**self.headers, **{name: os.environ[var] for name, var in self.headers_env.items()}}
 
 
 ServerSpec = Annotated[Union[StdioServer, HttpServer], Field(discriminator="transport")]
@@ -198,7 +210,7 @@ async def _transport(stack: AsyncExitStack, spec: StdioServer | HttpServer, time
     from mcp.client.streamable_http import streamable_http_client
 
     http = await stack.enter_async_context(httpx2.AsyncClient(
-        headers=spec.headers, timeout=httpx2.Timeout(timeout_s, read=max(timeout_s, 300.0))))
+        headers=spec.all_headers(), timeout=httpx2.Timeout(timeout_s, read=max(timeout_s, 300.0))))
     return await stack.enter_async_context(streamable_http_client(spec.url, http_client=http)), None
 
 

@@ -7,7 +7,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from webapp.models import (
-    Agent, Checkpoint, Rescore, ScoreOverride, JudgeConfig, Project, Rubric, RubricVersion, Run, Scenario, ScenarioSet, Step, Trajectory,
+    Agent, Checkpoint, Rescore, ScoreOverride, JudgeConfig, McpServer, Project, Rubric, RubricVersion, Run, Scenario, ScenarioSet, Step, Trajectory,
     TrajectoryGroup,
 )
 from webapp.models.catalogue import MESSAGE_MAX, PROMPT_MAX
@@ -102,6 +102,30 @@ class JudgeConfigSerializer(serializers.ModelSerializer):
                   "has_stored_key", "temperature", "passes", "concurrency", "budget_usd", "created_at"]
         read_only_fields = ["created_at"]
         validators = []
+
+
+class McpServerSerializer(serializers.ModelSerializer):
+    headers = serializers.DictField(child=serializers.CharField(max_length=2000), write_only=True, required=False,
+                                    help_text="HTTP headers {name: value}: stored encrypted, never returned; "
+                                              "a header left out keeps its stored value.")
+    clear_headers = serializers.BooleanField(write_only=True, required=False, default=False)
+    args = serializers.ListField(child=serializers.CharField(max_length=2000), required=False)
+    env = serializers.DictField(child=serializers.CharField(max_length=2000), required=False)
+
+    class Meta:
+        model = McpServer
+        fields = ["id", "project", "name", "transport", "command", "args", "env", "url", "headers", "clear_headers",
+                  "header_names", "per_call_timeout_s", "max_result_chars", "max_concurrent_calls", "tools",
+                  "tools_listed_at", "created_at"]
+        read_only_fields = ["header_names", "tools", "tools_listed_at", "created_at"]
+        validators = []
+
+
+class McpConnectionTestSerializer(serializers.Serializer):
+    ok = serializers.BooleanField()
+    tools = serializers.ListField(child=serializers.DictField())
+    error = serializers.CharField(help_text="The named fault (McpServerDidNotStart: …), empty when ok.")
+    latency_s = serializers.FloatField()
 
 
 class RunSerializer(serializers.ModelSerializer):

@@ -16,9 +16,10 @@ from webapp.api import serializers as s
 from webapp.api.pagination import query_int
 from webapp.api.review_views import GroupReviewActions, RescoreViewSet, RunReviewActions, TrajectoryReviewActions
 from webapp.models import (
-    Agent, JudgeConfig, Project, Role, Rubric, RubricVersion, Run, ScenarioSet, Trajectory, TrajectoryGroup,
+    Agent, JudgeConfig, McpServer, Project, Role, Rubric, RubricVersion, Run, ScenarioSet, Trajectory, TrajectoryGroup,
 )
 from webapp.services import catalogue as catalogue_services
+from webapp.services import mcp_servers as mcp_services
 from webapp.services import runs as run_services
 from webapp.services.access import require_role
 from webapp.services.projects import project_create
@@ -148,6 +149,32 @@ class JudgeConfigViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixin
         data = {k: v for k, v in serializer.validated_data.items() if k != "project"}
         serializer.instance = catalogue_services.judge_config_update(user=self.request.user,
                                                                      judge=serializer.instance, **data)
+
+
+class McpServerViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
+                       mixins.UpdateModelMixin, _InProject):
+    """A stdio server (a command the workers run) is added and changed by the project's owner or a site
+    administrator only (403 for others); header values are write-only."""
+    serializer_class = s.McpServerSerializer
+    action_roles = {"update": Role.EDITOR, "partial_update": Role.EDITOR, "test": Role.EDITOR}
+    queryset = McpServer.objects.order_by("id")
+
+    def perform_create(self, serializer):
+        data = dict(serializer.validated_data)
+        project = _project(self.request, data.pop("project").id)
+        serializer.instance = mcp_services.mcp_server_create(user=self.request.user, project=project, **data)
+
+    def perform_update(self, serializer):
+        data = {k: v for k, v in serializer.validated_data.items() if k != "project"}
+        serializer.instance = mcp_services.mcp_server_update(user=self.request.user, server=serializer.instance,
+                                                             **data)
+
+    @extend_schema(request=None, responses=s.McpConnectionTestSerializer)
+    @action(detail=True, methods=["post"])
+    def test(self, request: Request, pk=None) -> Response:
+        """Lists the server's tools live (the page's Test connection); a failure is `ok: false` with the error."""
+        result = mcp_services.mcp_server_test(user=request.user, server=self.get_object())
+        return Response(s.McpConnectionTestSerializer(result).data)
 
 
 class RunViewSet(RunReviewActions, mixins.ListModelMixin, mixins.RetrieveModelMixin, _InProject):

@@ -38,6 +38,7 @@ from webapp.services.runs import (
     run_claim, run_control_state, run_finish_after_engine, run_heartbeat, run_judge_budget_check, run_park,
     runs_waiting,
 )
+from webapp.services.mcp_servers import run_secrets_environment
 from webapp.services.secrets import secret_decrypt
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,8 @@ def engine_env(run: Run) -> dict[str, str]:
     if judge is not None and judge.api_key_encrypted and not judge.api_key_env:
         # Only the child's environment ever holds the plain key; the stored config names the variable.
         env["STUDIO_JUDGE_API_KEY"] = secret_decrypt(token=judge.api_key_encrypted)
+    # The run's frozen MCP header values: the config names these variables (headers_env), never the values.
+    env.update(run_secrets_environment(secrets_encrypted=run.secrets_encrypted))
     return env
 
 

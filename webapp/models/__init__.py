@@ -2,6 +2,7 @@ from webapp.models.catalogue import Agent, JudgeConfig, Rubric, RubricVersion, S
 from webapp.models.external import (
     ExternalCall, ExternalClient, ExternalGroup, ExternalTrajectory, ProjectToken,
 )
+from webapp.models.mcp import McpServer
 from webapp.models.projects import Membership, Project, Role
 from webapp.models.review import Rescore, ScoreOverride
 from webapp.models.runs import (
@@ -17,7 +18,7 @@ from webapp.models.runs import (
 
 __all__ = [
     "Agent", "Checkpoint", "ExternalCall", "ExternalClient", "ExternalGroup", "ExternalTrajectory",
-    "ProjectToken", "JudgeCall", "JudgeConfig", "Membership", "Project", "Role", "Rubric",
+    "ProjectToken", "JudgeCall", "JudgeConfig", "McpServer", "Membership", "Project", "Role", "Rubric",
     "RubricVersion", "Rescore", "Run", "ScoreOverride", "RunEvent", "RunStatus", "Scenario", "ScenarioSet", "Step", "Trajectory",
     "TrajectoryGroup",
 ]

@@ -5,7 +5,7 @@ from typing import Any
 
 from django.db.models import Count, Prefetch, Q, QuerySet
 
-from webapp.models import Agent, JudgeConfig, Project, Rubric, Run, ScenarioSet
+from webapp.models import Agent, JudgeConfig, McpServer, Project, Rubric, Run, ScenarioSet
 
 def catalogue_for_project(*, project: Project) -> dict[str, QuerySet]:
     return {
@@ -14,6 +14,7 @@ def catalogue_for_project(*, project: Project) -> dict[str, QuerySet]:
             n=Count("scenarios", filter=Q(scenarios__retired=False))),
         "rubrics": Rubric.objects.filter(project=project).annotate(n=Count("versions")),
         "judges": JudgeConfig.objects.filter(project=project),
+        "mcp_servers": McpServer.objects.filter(project=project),
     }
 
 

@@ -12,6 +12,7 @@ from django.db import IntegrityError, transaction
 from studio.key_policy import key_policy_refusal
 from webapp.models import Agent, JudgeConfig, Project, Role, Rubric, RubricVersion, Scenario, ScenarioSet
 from webapp.services.access import require_role
+from webapp.services.mcp_servers import mcp_environment_options_clean
 from webapp.services.scenario_import import parse_scenario_file
 from webapp.services.secrets import secret_encrypt
 
@@ -44,8 +45,40 @@ def _check_sampling(temperature: float, top_p: float, max_tokens: int) -> None:
         raise ValidationError(errors)
 
 
+MCP_AGENT_FIELDS = ("mcp_server", "mcp_max_turns", "mcp_answer_tool", "mcp_reward")
+
+
+def _agent_environment(project: Project, fields: dict[str, Any], current: Agent | None = None) -> dict[str, Any]:
+    """The `mcp` environment's choices (server, max turns, answer tool, reward) folded into the options."""
+    mcp = {key: fields.pop(key, None) for key in MCP_AGENT_FIELDS}
+    kind = fields.get("environment_kind", current.environment_kind if current else "chat")
+    options = fields.get("environment_options", current.environment_options if current else {}) or {}
+    if kind == "mcp" or "environment_options" in fields:
+        fields["environment_options"] = mcp_environment_options_clean(
+            project=project, environment_kind=kind, options=options, mcp_server=mcp["mcp_server"],
+            max_turns=mcp["mcp_max_turns"], answer_tool=mcp["mcp_answer_tool"], reward=mcp["mcp_reward"])
+    if kind == "external" and "environment_options" in fields:
+        fields["environment_options"] = _external_options(fields["environment_options"] or {})
+    return fields
+
+
+def _external_options(options: dict[str, Any]) -> dict[str, Any]:
+    """An agent in the user's own code: its options checked by the engine's own model (as at launch), stored
+    with their defaults filled in so the agent's page shows them."""
+    from pydantic import ValidationError as OptionsError
+
+    from training.external import ExternalOptions
+
+    try:
+        return ExternalOptions.model_validate(options).model_dump(mode="json")
+    except OptionsError as err:
+        raise ValidationError({"environment_options": [
+            f"{'.'.join(map(str, e['loc'])) or 'options'}: {e['msg']}" for e in err.errors()]}) from None
+
+
 def agent_create(*, user, project: Project, **fields: Any) -> Agent:
     require_role(user=user, project=project, role=Role.EDITOR)
+    fields = _agent_environment(project, fields)
     agent = Agent(project=project, **{k: v for k, v in fields.items() if k in AGENT_FIELDS})
     _check_sampling(agent.temperature, agent.top_p, agent.max_tokens)
     _save(agent, unique_message="an agent with this name already exists in the project")
@@ -55,6 +88,7 @@ def agent_create(*, user, project: Project, **fields: Any) -> Agent:
 def agent_update(*, user, agent: Agent, **fields: Any) -> Agent:
     """An agent a run used becomes a new version (the run keeps its frozen settings); an unused one is edited."""
     require_role(user=user, project=agent.project, role=Role.EDITOR)
+    fields = _agent_environment(agent.project, fields, current=agent)
     changed = False
     for key, value in fields.items():
         if key in AGENT_FIELDS and key != "name" and getattr(agent, key) != value:

@@ -11,6 +11,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 
 from webapp.models import Agent, JudgeConfig, RubricVersion, Scenario, ScenarioSet
+from webapp.services.mcp_servers import mcp_agent_environment_options
 
 # Launch-form defaults sized for a CPU laptop; the advanced JSON can override any engine field.
 DEFAULT_STEPS = 10
@@ -63,8 +64,10 @@ def deep_merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any
 
 def run_config_build(*, name: str, agent: Agent, scenario_set: ScenarioSet, rubric_version: RubricVersion | None,
                      judge: JudgeConfig | None, steps: int, group_size: int, groups_per_step: int,
-                     learning_rate: float, seed: int = 0, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Returns RunConfig.model_dump(mode="json"); raises ValidationError naming the bad key."""
+                     learning_rate: float, seed: int = 0, overrides: dict[str, Any] | None = None,
+                     allowed_server: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Returns RunConfig.model_dump(mode="json"); raises ValidationError naming the bad key. `allowed_server`:
+    the one MCP server spec the overrides may carry (a fork's parent's, frozen at its launch)."""
     from training import TrainingError
     from training.config import parse_run_config
 
@@ -89,7 +92,9 @@ def run_config_build(*, name: str, agent: Agent, scenario_set: ScenarioSet, rubr
         "base_model": agent.base_model,
         "system_prompt": agent.system_prompt,
         "scenarios": scenarios,
-        "environment": {"kind": agent.environment_kind, "options": agent.environment_options or {}},
+        "environment": {"kind": agent.environment_kind, "options": (
+            mcp_agent_environment_options(agent=agent) if agent.environment_kind == "mcp"
+            else agent.environment_options or {})},
         "sampling": {"temperature": agent.temperature, "top_p": agent.top_p, "max_tokens": agent.max_tokens},
         "grpo": {"group_size": group_size, "groups_per_step": groups_per_step, "learning_rate": learning_rate},
         "steps": steps,
@@ -99,6 +104,8 @@ def run_config_build(*, name: str, agent: Agent, scenario_set: ScenarioSet, rubr
                                criteria=rubric_version.criteria if rubric_version else None,
                                api_key_env=api_key_env) if judge else None,
     }
+    if allowed_server is not None and data["environment"]["kind"] == "mcp":
+        data["environment"]["options"]["server"] = allowed_server  # the fork's parent's, not merged into another
     if held_out:
         data["scenarios"] = scenarios + held_out
         data["evaluation"] = {"held_out_ids": [h["id"] for h in held_out]}
@@ -107,6 +114,12 @@ def run_config_build(*, name: str, agent: Agent, scenario_set: ScenarioSet, rubr
         if forbidden:
             raise ValidationError({"overrides": [f"{', '.join(sorted(forbidden))} cannot be overridden here; "
                                                  "choose a judge in the form"]})
+        environment = overrides.get("environment")
+        server = ((environment.get("options") or {}) if isinstance(environment, dict) else {}).get("server")
+        if server is not None and server != allowed_server:
+            # A server spec is a command the workers run: it comes from a project's MCP server, never a config.
+            raise ValidationError({"overrides": ["environment.options.server cannot be set here; choose one of "
+                                                 "the project's MCP servers on the agent"]})
         data = deep_merge(data, overrides)
     try:
         config = parse_run_config(data)

@@ -21,6 +21,7 @@ from webapp.models import Agent, Checkpoint, JudgeConfig, Project, Role, RubricV
 from webapp.models.runs import ACTIVE_STATUSES
 from webapp.services.access import require_role
 from webapp.services.judge_probe import judge_config_reachable_check
+from webapp.services.mcp_servers import mcp_agent_run_secrets
 from webapp.services.run_config import deep_merge, run_config_build, run_launch_check
 
 log = logging.getLogger(__name__)
@@ -86,13 +87,18 @@ def run_launch(*, user, project: Project, name: str, agent: Agent, scenario_set:
         overrides = {**(overrides or {}), "init_checkpoint": parent_checkpoint.path}
     _same_project(project, agent=agent, scenario_set=scenario_set, rubric_version=rubric_version,
                   judge_config=judge_config)
+    parent_server = ((parent_checkpoint.run.config.get("environment") or {}).get("options") or {}).get("server") \
+        if parent_checkpoint is not None else None
+    # A fork keeps its parent's frozen MCP server, secrets included; a new run freezes the agent's server now.
+    secrets = parent_checkpoint.run.secrets_encrypted if parent_checkpoint is not None \
+        else mcp_agent_run_secrets(agent=agent)
     name = name.strip()
     if not name or len(name) > 100:
         raise ValidationError({"name": ["give the run a name of at most 100 characters"]})
     config = run_config_build(name=name, agent=agent, scenario_set=scenario_set, rubric_version=rubric_version,
                               judge=judge_config, steps=steps, group_size=group_size,
                               groups_per_step=groups_per_step, learning_rate=learning_rate, seed=seed,
-                              overrides=overrides)
+                              overrides=overrides, allowed_server=parent_server)
     run_launch_check(config=config, judge=judge_config)
     if refuse_duplicate and (twin := _recent_identical(user=user, project=project, config=config,
                                                        review_gate=review_gate,
@@ -109,6 +115,7 @@ def run_launch(*, user, project: Project, name: str, agent: Agent, scenario_set:
                 created_by=user if getattr(user, "is_authenticated", False) else None,
                 phase="waiting for a worker", review_gate=review_gate, launch_token=launch_token,
                 parent_checkpoint=parent_checkpoint, parent_run=parent_checkpoint.run if parent_checkpoint else None,
+                secrets_encrypted=secrets,
             )
             run_status_publish(run_id=run.id)
             run_enqueue(run=run)

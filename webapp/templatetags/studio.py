@@ -69,3 +69,44 @@ def user_error(raw: Any) -> Any:
     from webapp.user_errors import user_error as explain
 
     return explain(raw)
+
+
+LONG_CHARS, LONG_LINES = 500, 10  # a tool call's arguments or result longer than this start collapsed
+
+
+def _long(text: str) -> bool:
+    return len(text) > LONG_CHARS or text.count("\n") >= LONG_LINES
+
+
+@register.filter
+def conversation(messages: Any) -> list[dict[str, Any]]:
+    """Messages for a page, each assistant tool call with its result beside it (the `tool` message with the
+    same tool_call_id, then not shown again on its own). Plain strings only: the template escapes them."""
+    messages = [m for m in (messages or []) if isinstance(m, dict)]
+    results = {m["tool_call_id"]: m for m in messages if m.get("role") == "tool" and m.get("tool_call_id")}
+    shown: set[str] = set()
+    entries = []
+    for m in messages:
+        if m.get("role") == "tool" and m.get("tool_call_id") in shown:
+            continue
+        calls = []
+        for call in m.get("tool_calls") or []:
+            fn = (call.get("function") or {}) if isinstance(call, dict) else {}
+            call_id = str(call.get("id") or "") if isinstance(call, dict) else ""
+            result = results.get(call_id) if call_id else None
+            text = None if result is None else pretty_json(message_text(result.get("content") or ""))
+            if result is not None:
+                shown.add(call_id)
+            arguments = pretty_json(fn.get("arguments") or "")
+            calls.append({"id": call_id, "name": str(fn.get("name", "?")), "arguments": arguments,
+                          "arguments_long": _long(arguments), "result": text,
+                          "result_long": text is not None and _long(text),
+                          "is_error": text is not None and text.startswith("error:")})
+        entries.append({"m": m, "calls": calls})
+    return entries
+
+
+@register.filter
+def tool_calls(messages: Any) -> list[dict[str, Any]]:
+    """Every tool call of a conversation, with its result: the group and compare pages' tool-call blocks."""
+    return [call for entry in conversation(messages) for call in entry["calls"]]

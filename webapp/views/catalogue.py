@@ -30,7 +30,7 @@ def _editor_project(request: HttpRequest, project_id: int):
 @login_required
 def agent_create(request: HttpRequest, project_id: int) -> HttpResponse:
     project = _editor_project(request, project_id)
-    form = AgentForm(request.POST or None)
+    form = AgentForm(request.POST or None, project=project)
 
     def save(data):
         svc.agent_create(user=request.user, project=project, **data)
@@ -43,7 +43,7 @@ def agent_create(request: HttpRequest, project_id: int) -> HttpResponse:
 @login_required
 def agent_edit(request: HttpRequest, agent_id: int) -> HttpResponse:
     agent = access.in_project_get(user=request.user, model=Agent, pk=agent_id, role=Role.EDITOR)
-    form = AgentForm(request.POST) if request.method == "POST" else AgentForm.from_agent(agent)
+    form = AgentForm(request.POST, project=agent.project) if request.method == "POST" else AgentForm.from_agent(agent)
 
     def save(data):
         svc.agent_update(user=request.user, agent=agent, **data)

@@ -9,7 +9,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
 from webapp.selectors import access
-from webapp.models import JudgeConfig, Role, ScenarioSet
+from webapp.models import JudgeConfig, McpServer, Role, ScenarioSet
 from webapp.services.scenario_drafts import scenario_drafts_generate, scenario_set_accept_drafts
 
 MAX_ROWS = 50
@@ -33,8 +33,10 @@ def scenario_set_generate(request: HttpRequest, scenario_set_id: int) -> HttpRes
     scenario_set = access.in_project_get(user=request.user, model=ScenarioSet, pk=scenario_set_id,
                                             role=Role.EDITOR)
     judges = JudgeConfig.objects.filter(project=scenario_set.project).order_by("name")
+    servers = McpServer.objects.filter(project=scenario_set.project).order_by("name")
     context = {"project": scenario_set.project, "scenario_set": scenario_set, "judges": judges, "errors": [],
-               "task": "", "n": 8, "judge_id": None, "drafts": None}
+               "task": "", "n": 8, "judge_id": None, "drafts": None, "mcp_servers": servers,
+               "mcp_server": None}
     action = request.POST.get("action")
     if request.method == "POST" and action == "draft":
         context["task"] = request.POST.get("task", "")
@@ -42,17 +44,21 @@ def scenario_set_generate(request: HttpRequest, scenario_set_id: int) -> HttpRes
             context["n"] = int(request.POST.get("n") or 8)
             judge = judges.get(pk=int(request.POST.get("judge") or 0))
             context["judge_id"] = judge.pk
+            server_id = request.POST.get("mcp_server") or ""
+            context["mcp_server"] = servers.get(pk=int(server_id)) if server_id else None
             result = scenario_drafts_generate(user=request.user, scenario_set=scenario_set, judge=judge,
-                                              task=context["task"], n=context["n"])
+                                              task=context["task"], n=context["n"],
+                                              mcp_server=context["mcp_server"])
             context["drafts"], context["duplicates"] = result.scenarios, result.duplicates_removed
-        except (ValueError, JudgeConfig.DoesNotExist):
-            context["errors"] = ["choose a judge and a number of scenarios"]
+        except (ValueError, JudgeConfig.DoesNotExist, McpServer.DoesNotExist):
+            context["errors"] = ["choose a judge, a number of scenarios and (optionally) an MCP server"]
         except ValidationError as err:
             context["errors"] = [m for ms in err.message_dict.values() for m in ms]
     elif request.method == "POST" and action == "accept":
         try:
             created = scenario_set_accept_drafts(user=request.user, scenario_set=scenario_set,
-                                                 drafts=_rows(request.POST), task=request.POST.get("task", ""))
+                                                 drafts=_rows(request.POST), task=request.POST.get("task", ""),
+                                                 mcp_server_name=request.POST.get("mcp_server_name", ""))
             messages.success(request, f"added {len(created)} generated scenarios")
             return redirect("scenario-set-detail", scenario_set_id=scenario_set.id)
         except ValidationError as err:
