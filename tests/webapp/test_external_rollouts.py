@@ -420,6 +420,11 @@ def test_an_agent_can_roll_out_in_your_own_code_with_its_options_checked(client)
     assert good.status_code == 302
     assert Agent.objects.get(project=project).environment_options == {
         "group_timeout_s": 30.0, "on_missing": "skip", "allow_unsampled": False}
+    # the API goes through the same check
+    response = user_client(project.owner).post("/api/agents/", {
+        "project": project.id, "name": "api", "base_model": "m", "environment_kind": "external",
+        "environment_options": {"group_timeout_s": -1}}, format="json")
+    assert response.status_code == 400 and "group_timeout_s" in str(response.json()["environment_options"])
 
 
 def test_an_external_agent_launches_without_a_judge_and_with_one(judge_double):
