@@ -265,7 +265,8 @@ class LaunchForm(forms.Form):
                                             label="Rubric version", empty_label="the latest version",
                                             help_text="Default: the rubric's latest version, frozen into the run.")
     judge_config = forms.ModelChoiceField(queryset=None, required=False, label="Judge",  # type: ignore[arg-type]
-                                          help_text="None: train on the environment's own reward (chat needs a judge).")
+                                          help_text="None: train on the environment's own reward (chat needs a judge; an "
+                                                    "agent in your own code: the rewards your code sends).")
     steps = forms.IntegerField(min_value=1, max_value=100000, initial=defaults.DEFAULT_STEPS)
     group_size = forms.IntegerField(min_value=2, max_value=256, initial=defaults.DEFAULT_GROUP_SIZE,
                                     help_text="Trajectories per scenario that the judge ranks together.")
@@ -334,7 +335,8 @@ class ForkForm(forms.Form):
     rubric_version = forms.ModelChoiceField(queryset=None, required=False,  # type: ignore[arg-type]
                                             help_text="The rubric the fork is judged with.")
     judge_config = forms.ModelChoiceField(queryset=None, required=False, label="Judge",  # type: ignore[arg-type]
-                                          help_text="None: train on the environment's own reward (chat needs a judge).")
+                                          help_text="None: train on the environment's own reward (chat needs a judge; an "
+                                                    "agent in your own code: the rewards your code sends).")
     steps = forms.IntegerField(min_value=1, max_value=100000, initial=defaults.DEFAULT_STEPS)
     learning_rate = forms.FloatField(required=False, min_value=1e-9, max_value=1.0,
                                      help_text="Empty: the parent run's.")
