@@ -535,3 +535,16 @@ def test_the_endpoint_says_so_when_the_runs_server_does_not_answer():
         format="json", HTTP_X_TRAJECTORY_ID="t1")
     assert response.status_code == 502 and "did not answer" in response.json()["detail"]
     assert not ExternalCall.objects.exists()
+
+
+def test_a_browser_session_cannot_be_made_to_sample_or_submit_from_another_site():
+    from django.test import Client
+
+    run = external_run()
+    open_step(run)
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(run.project.owner)
+    for path in (f"/api/runs/{run.id}/openai/v1/chat/completions", f"/api/runs/{run.id}/rollouts/groups/"):
+        response = browser.post(path, {"messages": []}, content_type="application/json")
+        assert response.status_code == 403 and "CSRF" in response.json()["detail"], path
+    assert browser.get(f"/api/runs/{run.id}/rollouts/").status_code == 200  # reading needs no CSRF token
