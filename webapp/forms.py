@@ -15,7 +15,8 @@ from webapp.services import run_config as defaults
 
 ENVIRONMENT_KINDS = [("chat", "chat: answer the scenario"), ("tools", "tools: function calling"),
                      ("game_2048", "game_2048: play 2048 (verifiable reward)"),
-                     ("mcp", "mcp: use the tools of one of the project's MCP servers")]
+                     ("mcp", "mcp: use the tools of one of the project's MCP servers"),
+                     ("external", "Your own code (external rollouts)")]
 
 
 def apply_service_errors(form: forms.Form, err: ValidationError) -> None:
@@ -65,7 +66,11 @@ class AgentForm(forms.Form):
     base_model = forms.CharField(max_length=500, help_text="A Hugging Face model id or a local directory.")
     system_prompt = forms.CharField(required=False, max_length=PROMPT_MAX, widget=forms.Textarea(attrs={"rows": 5}))
     environment_kind = forms.ChoiceField(choices=ENVIRONMENT_KINDS, initial="chat")
-    environment_options = JSONObjectField(required=False, help_text="Options of the environment, as JSON.")
+    environment_options = JSONObjectField(
+        required=False, help_text="Options of the environment, as JSON. Your own code (external rollouts): "
+        '{"group_timeout_s": 600, "on_missing": "skip" or "fail", "allow_unsampled": false}: how long a step '
+        "waits for its groups, what a group that does not come does, and whether turns the model never sampled "
+        "may train (re-tokenised).")
     mcp_server = forms.ModelChoiceField(queryset=None, required=False, label="MCP server",  # type: ignore[arg-type]
                                         help_text="For the mcp environment: whose tools the agent uses.")
     mcp_max_turns = forms.IntegerField(required=False, min_value=1, max_value=64, label="Max turns",
@@ -260,7 +265,8 @@ class LaunchForm(forms.Form):
                                             label="Rubric version", empty_label="the latest version",
                                             help_text="Default: the rubric's latest version, frozen into the run.")
     judge_config = forms.ModelChoiceField(queryset=None, required=False, label="Judge",  # type: ignore[arg-type]
-                                          help_text="None: train on the environment's own reward (chat needs a judge).")
+                                          help_text="None: train on the environment's own reward (chat needs a judge; an "
+                                                    "agent in your own code: the rewards your code sends).")
     steps = forms.IntegerField(min_value=1, max_value=100000, initial=defaults.DEFAULT_STEPS)
     group_size = forms.IntegerField(min_value=2, max_value=256, initial=defaults.DEFAULT_GROUP_SIZE,
                                     help_text="Trajectories per scenario that the judge ranks together.")
@@ -329,7 +335,8 @@ class ForkForm(forms.Form):
     rubric_version = forms.ModelChoiceField(queryset=None, required=False,  # type: ignore[arg-type]
                                             help_text="The rubric the fork is judged with.")
     judge_config = forms.ModelChoiceField(queryset=None, required=False, label="Judge",  # type: ignore[arg-type]
-                                          help_text="None: train on the environment's own reward (chat needs a judge).")
+                                          help_text="None: train on the environment's own reward (chat needs a judge; an "
+                                                    "agent in your own code: the rewards your code sends).")
     steps = forms.IntegerField(min_value=1, max_value=100000, initial=defaults.DEFAULT_STEPS)
     learning_rate = forms.FloatField(required=False, min_value=1e-9, max_value=1.0,
                                      help_text="Empty: the parent run's.")
@@ -416,3 +423,7 @@ class PlaygroundFilterForm(forms.Form):
         data = self.cleaned_data
         return {"run_id": data["run"].id if data.get("run") else None, "step": data.get("step"),
                 "labelled": data.get("labelled") or "", "disagreement": bool(data.get("disagreement"))}
+
+
+class ProjectTokenForm(forms.Form):
+    name = forms.CharField(max_length=100, help_text="Where the key will be used, e.g. the machine or script.")

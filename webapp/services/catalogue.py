@@ -57,7 +57,23 @@ def _agent_environment(project: Project, fields: dict[str, Any], current: Agent 
         fields["environment_options"] = mcp_environment_options_clean(
             project=project, environment_kind=kind, options=options, mcp_server=mcp["mcp_server"],
             max_turns=mcp["mcp_max_turns"], answer_tool=mcp["mcp_answer_tool"], reward=mcp["mcp_reward"])
+    if kind == "external" and "environment_options" in fields:
+        fields["environment_options"] = _external_options(fields["environment_options"] or {})
     return fields
+
+
+def _external_options(options: dict[str, Any]) -> dict[str, Any]:
+    """An agent in the user's own code: its options checked by the engine's own model (as at launch), stored
+    with their defaults filled in so the agent's page shows them."""
+    from pydantic import ValidationError as OptionsError
+
+    from training.external import ExternalOptions
+
+    try:
+        return ExternalOptions.model_validate(options).model_dump(mode="json")
+    except OptionsError as err:
+        raise ValidationError({"environment_options": [
+            f"{'.'.join(map(str, e['loc'])) or 'options'}: {e['msg']}" for e in err.errors()]}) from None
 
 
 def agent_create(*, user, project: Project, **fields: Any) -> Agent:
