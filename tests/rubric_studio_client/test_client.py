@@ -136,7 +136,7 @@ async def test_next_step_gives_up_after_its_timeout(studio):
 async def test_a_rate_limited_poll_is_retried_after_the_servers_hint(studio):
     studio.state_errors = [(429, {"Retry-After": "0.2"})]
     async with StudioClient(studio.url, studio.token) as client:
-        run = await client.run(RUN_ID)  # the first GET answered 429, the second the state
+        assert (await client.run(RUN_ID)).run_id == RUN_ID  # the first GET answered 429, the second the state
     assert len(studio.state_polls) == 2
 
 
