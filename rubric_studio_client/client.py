@@ -230,6 +230,8 @@ class RunHandle:
         limit = asyncio.Semaphore(concurrency)
         steps: set[int] = set()
         while (step := await self.next_step(poll_s)) is not None:
+            log.info("step %s%s: rolling out %d group(s) x %d with %s", step.step,
+                     f"/{step.total_steps}" if step.total_steps else "", len(step.groups), step.group_size, step.model)
             outcomes = await asyncio.gather(*(self._roll_group(rollout, step, group, limit) for group in step.groups),
                                             return_exceptions=True)
             steps.add(step.step)
@@ -257,6 +259,7 @@ class RunHandle:
                                 "raised; the group was not submitted") from failed[0]
         try:
             await self.submit_group(step, group.group_index, done)
+            log.info("step %s group %s: submitted %d trajectories", step.step, group.group_index, len(done))
         except StepClosed as err:
             log.warning("step %s group %s was not taken: %s", step.step, group.group_index, err.detail)
 

@@ -11,6 +11,8 @@ run's OpenAI-compatible `POST .../openai/v1/chat/completions`, recording every r
 
 A run of `steps` steps: a step is open until every group is submitted, then the next opens (after
 `between_polls` GETs showing no step, as while the engine trains); after the last the run is completed.
+A completion echoes the last message; with `tool_calls=True`, a user message sent with tools is answered by a
+call of the first tool with `{"expression": "6 * 7"}`.
 """
 from __future__ import annotations
 
@@ -37,10 +39,11 @@ class StudioDouble:
     token = "rs_" + "t" * 40
 
     def __init__(self, *, steps: int = 1, groups: int = 2, group_size: int = 2, between_polls: int = 1,
-                 completion_delay_s: float = 0.0) -> None:
+                 completion_delay_s: float = 0.0, tool_calls: bool = False) -> None:
         self.total_steps, self.group_count, self.group_size = steps, groups, group_size
         self.between_polls = between_polls
         self.completion_delay_s = completion_delay_s
+        self.tool_calls = tool_calls  # answer a user message that comes with tools by calling the first tool
         self.step: int | None = 1
         self.status = "running"
         self.statuses: list[str] = []  # scripted statuses answered (with no step) before the run goes on
@@ -101,10 +104,15 @@ class StudioDouble:
 
     def completion(self, body: dict[str, Any]) -> dict[str, Any]:
         time.sleep(self.completion_delay_s)  # lets concurrent trajectories' calls overlap
-        last = body["messages"][-1]["content"] if body.get("messages") else ""
+        last = body["messages"][-1] if body.get("messages") else {"role": "user", "content": ""}
+        message: dict[str, Any] = {"role": "assistant", "content": f"echo: {last['content']}"}
+        if self.tool_calls and body.get("tools") and last["role"] == "user":  # asks for the first tool, once
+            name = body["tools"][0]["function"]["name"]
+            message = {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function",
+                       "function": {"name": name, "arguments": json.dumps({"expression": "6 * 7"})}}]}
         return {"id": "chatcmpl-double", "object": "chat.completion", "created": int(time.time()),
-                "model": body.get("model"), "choices": [{"index": 0, "finish_reason": "stop",
-                "message": {"role": "assistant", "content": f"echo: {last}"}}],
+                "model": body.get("model"), "choices": [{"index": 0, "message": message,
+                "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}],
                 "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}}
 
     def __enter__(self) -> StudioDouble:

@@ -259,3 +259,31 @@ def test_the_http_double_answers_like_the_contract():
                           "allow_unsampled", "group_size", "system_prompt", "sampling", "total_steps",
                           "openai_base_url", "groups"}
     assert json.loads(json.dumps(state))["groups"][0]["submitted"] is False
+
+
+@pytest.mark.parametrize("example", ["openai_agent.py", "agents_sdk_agent.py"])
+def test_each_example_rolls_out_a_whole_run_in_its_own_process_running_its_tool_locally(example):
+    with StudioDouble(steps=2, groups=2, group_size=2, tool_calls=True) as studio:
+        out = subprocess.run([sys.executable, str(ROOT / "examples" / example), "--url", studio.url, "--token",
+                              studio.token, "--run", str(RUN_ID), "--client-id", "example"],
+                             cwd="/", capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert "run 7 is completed; this process rolled out 2 step(s)" in out.stdout
+        assert "step 2 group 1: submitted 2 trajectories" in out.stderr
+        assert len(studio.submissions) == 4
+        ids = {t["id"] for b in studio.submissions for t in b["trajectories"]}
+        assert len(ids) == 8 and {c.headers["x-trajectory-id"] for c in studio.completions} == ids
+        assert len(studio.completions) == 16  # per trajectory: the tool call, then the answer after its result
+        results = [m for c in studio.completions for m in c.body["messages"] if m["role"] == "tool"]
+        assert len(results) == 8 and all(m["content"] == "42" and m["tool_call_id"] == "call_1" for m in results)
+        assert {c.headers["x-client-id"] for c in studio.requests} == {"example"}
+        assert all(c.body["tools"][0]["function"]["name"] == "calculate" for c in studio.completions)
+
+
+def test_the_examples_calculator_does_arithmetic_and_nothing_else():
+    from examples.openai_agent import calculate
+
+    assert calculate("(2 + 3) * 4") == "20"
+    assert calculate("2 ** 10 / 4") == "256.0"
+    assert calculate("__import__('os')").startswith("error:")
+    assert calculate("1/0").startswith("error:")
