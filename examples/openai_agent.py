@@ -60,10 +60,13 @@ async def rollout(run: RunHandle, step: Step, scenario: dict[str, Any]) -> float
             break
         messages.append(message.model_dump(exclude_none=True))
         for call in message.tool_calls:
-            try:
-                result = calculate(str(json.loads(call.function.arguments or "{}").get("expression", "")))
-            except (json.JSONDecodeError, AttributeError):
-                result = "error: the arguments are not a JSON object"
+            if call.function.name != "calculate":
+                result = f"error: there is no tool named {call.function.name!r}"
+            else:
+                try:
+                    result = calculate(str(json.loads(call.function.arguments or "{}").get("expression", "")))
+                except (json.JSONDecodeError, AttributeError):
+                    result = "error: the arguments are not a JSON object"
             messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
     return None  # no reward of our own: the run's judge scores the group
 
