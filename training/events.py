@@ -74,6 +74,34 @@ class JudgeUsage(Event):
 
 
 @dataclass
+class RolloutsWanted(Event):
+    """An external agent's step is open (training/external.py): what its process rolls out, with which adapter
+    (`model`) through which endpoint, and until when. Scenarios go without their reference answers (the judge's)."""
+
+    kind: ClassVar[str] = "rollouts_wanted"
+    step: int
+    model: str
+    base_url: str
+    timeout_s: float
+    on_missing: str
+    allow_unsampled: bool
+    group_size: int
+    system_prompt: str
+    sampling: dict[str, Any]
+    groups: list[dict[str, Any]]  # {"group_index", "scenario": {"id", "user_message", "context", "metadata"}}
+
+
+@dataclass
+class RolloutsClosed(Event):
+    """An external agent's step stopped waiting: the groups that came and those that did not."""
+
+    kind: ClassVar[str] = "rollouts_closed"
+    step: int
+    received: list[int]
+    missing: list[int]
+
+
+@dataclass
 class ReviewRequested(Event):
     kind: ClassVar[str] = "review_requested"
     step: int

@@ -17,7 +17,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from training.checkpoints import (Checkpoint, adapter_name, checkpoint_dir, commit_checkpoint, latest_checkpoint,
                                   latest_optimizer_state, save_state)
@@ -34,6 +34,9 @@ from training.grpo import group_advantages
 from training.pipeline import Ahead, StepRollouts
 from training.scenarios import load_scenarios
 from training.types import ReviewHook, Scenario, Scorer, Trajectory, TrajectoryGroup, env_reward_scorer
+
+if TYPE_CHECKING:
+    from training.external import Inbox
 
 
 @dataclass
@@ -163,7 +166,9 @@ async def follow_rank0(trainer: Any, on_trainer: Any, start: int) -> RunSummary:
 
 
 async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventSink = null_sink,
-                control: Control | None = None, review: ReviewHook | None = None) -> RunSummary:
+                control: Control | None = None, review: ReviewHook | None = None,
+                inbox: Inbox | None = None) -> RunSummary:
+    """Trains the run. An `external` agent's groups arrive in `inbox` (training/external.py)."""
     from training import distributed
     from training.servers import start_server
     from training.trainer import Trainer, pick_device, release_cached_memory
@@ -177,8 +182,13 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
     rollout_config = RolloutConfig(config.system_prompt, config.sampling, parse_options(env, config.environment.options))
     await env.launch(rollout_config.options)  # e.g. an MCP server that does not start refuses the run here
     scenarios, held_out = split_for_run(config, scenarios)  # held-out scenarios are never trained on
-    checks = RunChecks(config=config, held_out=held_out, env=env, rollout_config=rollout_config, scorer=scorer,
-                       sink=sink)
+    external_agent = config.environment.kind == "external"
+    if external_agent and inbox is None:
+        raise TrainingError("an external agent's groups are submitted through Rubric Studio's web app (or pass "
+                            "an `inbox` to training.loop.train)")
+    # The evaluation rolls out with the environment; an external agent's code is not here to do it.
+    checks = RunChecks(config=config, held_out=[] if external_agent else held_out, env=env,
+                       rollout_config=rollout_config, scorer=scorer, sink=sink)
     checkpoint = latest_checkpoint(out)
     start = checkpoint.step + 1 if checkpoint else 1
     if config.init_checkpoint and not (Path(config.init_checkpoint) / "adapter_model.safetensors").exists():
@@ -202,6 +212,7 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
     unsaved: Checkpoint | None = None  # the newest checkpoint whose optimizer state is not on disk yet
     ahead: Ahead | None = None
     writes: list[asyncio.Future] = []
+    close_endpoint: Any = None
 
     async def on_trainer(fn: Any, *args: Any) -> Any:
         # An in-process server's engine thread takes over the trainer's calls once it runs (see InProcessServer).
@@ -222,7 +233,8 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
             writes.clear()
 
     # A server that sleeps while the trainer steps (vLLM sleep mode) cannot roll out meanwhile: no pipelining.
-    pipelined = config.pipeline.enabled and config.server.gpu_sharing != "sleep"
+    # Nor an external agent: its process samples each step with the adapter the step announces.
+    pipelined = config.pipeline.enabled and config.server.gpu_sharing != "sleep" and not external_agent
     trainer_options = config.trainer
     if pipelined and trainer_options.tis_cap is None:  # one-step-stale rollouts: corrected by default
         trainer_options = trainer_options.model_copy(update={"tis_cap": config.pipeline.tis_cap})
@@ -256,6 +268,13 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
             server.load_adapter(model, config.init_checkpoint)
         client = server.async_client()
         model_step = checkpoint.step if checkpoint else 0  # the step whose adapter `model` is (0: base or fork)
+        external = None
+        if external_agent:
+            from training.external import ExternalRollouts, serve_http
+
+            base_url, close_endpoint = serve_http(server, config.server.host)
+            external = ExternalRollouts(inbox, rollout_config.options, base_url, config.grpo.group_size,
+                                        config.system_prompt, config.sampling.model_dump())
 
         async def roll_out(step: int, model: str, model_step: int, rolled_out: asyncio.Event) -> StepRollouts:
             """Rolls out every group of `step` at once; scores each group the moment its rollouts are done."""
@@ -263,10 +282,9 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
                                     started=time.monotonic())
             pending = config.grpo.groups_per_step  # groups still rolling out
 
-            async def rollout_and_score(index: int, scenario: Scenario) -> None:
+            async def score(index: int, group: TrajectoryGroup) -> None:
                 nonlocal pending
-                group = await rollout_group(env, client, model, scenario, rollout_config, config.grpo.group_size)
-                sink(GroupRolledOut(step=step, group_index=index, scenario_id=scenario.id, model=model,
+                sink(GroupRolledOut(step=step, group_index=index, scenario_id=group.scenario.id, model=model,
                                     trajectories=len(group.trajectories), errors=group.errors))
                 pending -= 1
                 if not pending:
@@ -277,8 +295,15 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
                 if group.judge_report is not None:
                     sink(JudgeUsage(step=step, group_index=index, report=group.judge_report))
 
+            async def rollout_and_score(index: int, scenario: Scenario) -> None:
+                await score(index, await rollout_group(env, client, model, scenario, rollout_config,
+                                                       config.grpo.group_size))
+
             chosen = scenarios_for_step(scenarios, step, config.grpo.groups_per_step, config.seed)
-            await asyncio.gather(*(rollout_and_score(i, s) for i, s in enumerate(chosen)))
+            if external is not None:  # the user's process rolls out; its groups are scored as they arrive
+                await external.collect(step, model, chosen, control, sink, score)
+            else:
+                await asyncio.gather(*(rollout_and_score(i, s) for i, s in enumerate(chosen)))
             rollouts.finished = time.monotonic()
             return rollouts
 
@@ -292,6 +317,8 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
             # as soon as this step's are done, while its groups are still being scored.
             early = pipelined and review is None and step < config.steps and control.state() == "run"
             rollouts = await ahead.take(step, model, model_step, start_next=early)
+            if external_agent and control.state() == "cancel":  # it stopped waiting for the groups: no step
+                break
             started, waited = max(rollouts.started, finished_at), time.monotonic() - waited
             done = [g for g in rollouts.groups if g is not None]
             rollout_time = rollouts.finished - rollouts.started  # rollout-and-judge: until the last group scored
@@ -377,6 +404,8 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
     finally:
         if ahead is not None:
             await ahead.discard()
+        if close_endpoint is not None:
+            close_endpoint()
         if server is not None:
             server.stop()
         writer.shutdown(wait=True)

@@ -59,3 +59,12 @@ class LoginView(auth_views.LoginView):
             for key in _keys(self.request, username):
                 _count(key)
         return super().form_invalid(form)
+
+
+class ExternalThrottle(UserRateThrottle):
+    """A run's OpenAI-compatible endpoint: an agent samples many times a step, so it has a limit of its own."""
+
+    scope = "external"
+
+    def get_rate(self) -> str:
+        return f"{settings.STUDIO_EXTERNAL_PER_MINUTE}/min"

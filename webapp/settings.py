@@ -160,7 +160,13 @@ STUDIO_JUDGE_KEY_ENDPOINTS = _judge_key_endpoints()
 STUDIO_TOOL_MODULES = env_list("STUDIO_TOOL_MODULES", [])
 STUDIO_MAX_UPLOAD_BYTES = env_int("STUDIO_MAX_UPLOAD_BYTES", 5 * 1024 * 1024, minimum=1024)
 STUDIO_MAX_UPLOAD_ROWS = env_int("STUDIO_MAX_UPLOAD_ROWS", 10000, minimum=1)
-DATA_UPLOAD_MAX_MEMORY_SIZE = STUDIO_MAX_UPLOAD_BYTES + 1024 * 1024
+# External rollouts (issue 21): the largest body the rollouts API and a run's OpenAI-compatible endpoint take,
+# the most messages a submitted trajectory may have, and how long the endpoint waits for the run's server.
+STUDIO_EXTERNAL_MAX_BYTES = env_int("STUDIO_EXTERNAL_MAX_BYTES", 2 * 1024 * 1024, minimum=1024)
+STUDIO_EXTERNAL_MAX_MESSAGES = env_int("STUDIO_EXTERNAL_MAX_MESSAGES", 500, minimum=1)
+STUDIO_EXTERNAL_UPSTREAM_TIMEOUT_S = env_float("STUDIO_EXTERNAL_UPSTREAM_TIMEOUT_S", 600.0, minimum=1.0)
+STUDIO_EXTERNAL_PER_MINUTE = env_int("STUDIO_EXTERNAL_PER_MINUTE", 6000, minimum=1)  # calls to a run's endpoint
+DATA_UPLOAD_MAX_MEMORY_SIZE = max(STUDIO_MAX_UPLOAD_BYTES, STUDIO_EXTERNAL_MAX_BYTES) + 1024 * 1024
 FILE_UPLOAD_MAX_MEMORY_SIZE = STUDIO_MAX_UPLOAD_BYTES + 1024 * 1024
 
 CELERY_BROKER_URL = REDIS_URL or "memory://"

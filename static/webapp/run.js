@@ -23,8 +23,26 @@
     const x = pts.map((p) => p.step);
     const mean = pts.map((p) => p.reward_mean);
     const std = pts.map((p) => p.reward_std || 0);
-    const upper = mean.map((m, i) => (m === null ? null : m + std[i]));
-    const lower = mean.map((m, i) => (m === null ? null : m - std[i]));
+    // The ± std band, one closed shape per run of steps that have a mean: a step with no reward (every group
+    // skipped) breaks it, where a band filled "to the next trace" would join the two sides across the gap.
+    const bands = [];
+    let segment = [];
+    for (const [i, m] of [...mean.entries(), [mean.length, null]]) {
+      if (m !== null && m !== undefined) { segment.push(i); continue; }
+      if (segment.length === 1) {  // a lone step: a short bar, so its spread still shows
+        const k = segment[0];
+        bands.push({x: [x[k] - 0.15, x[k] + 0.15, x[k] + 0.15, x[k] - 0.15],
+                    y: [mean[k] + std[k], mean[k] + std[k], mean[k] - std[k], mean[k] - std[k]]});
+      } else if (segment.length) {
+        const back = [...segment].reverse();
+        bands.push({x: [...segment.map((k) => x[k]), ...back.map((k) => x[k])],
+                    y: [...segment.map((k) => mean[k] + std[k]), ...back.map((k) => mean[k] - std[k])]});
+      }
+      segment = [];
+    }
+    bands.forEach((band, i) => Object.assign(band, {
+      mode: "lines", line: {width: 0}, fill: "toself", fillcolor: "rgba(37,99,235,0.15)", name: "± std",
+      legendgroup: "std", showlegend: i === 0, hoverinfo: "skip", meta: "std-band"}));
     // No step yet: say so instead of plotly's empty -1..6 axes.
     for (const id of ["reward-chart", "source-chart"]) {
       const box = document.getElementById(id);
@@ -44,9 +62,7 @@
                     showlegend: true, legend: {orientation: "h"}, paper_bgcolor: "rgba(0,0,0,0)"};
     const has = (values) => values.some((v) => v !== null && v !== undefined);
     Plotly.react("reward-chart", [
-      {x, y: upper, mode: "lines", line: {width: 0}, showlegend: false, hoverinfo: "skip"},
-      {x, y: lower, mode: "lines", line: {width: 0}, fill: "tonexty", fillcolor: "rgba(37,99,235,0.15)",
-       name: "± std", hoverinfo: "skip"},
+      ...bands,
       {x, y: mean, mode: "lines+markers", name: "reward mean", line: {color: "#2563eb"}},
     ], layout, {displayModeBar: false, responsive: true});
     // Only the series this run can have: no "judge score" legend entry for a run without a judge.

@@ -173,6 +173,20 @@ def test_settings_panel_rubric_diff_overlay_and_test_judge_in_the_browser(server
                 expect(panel).to_contain_text(text)
             panel.screenshot(path=str(SHOTS / "run-config-panel.png"))
 
+            # A step with no reward (every group skipped) breaks the ± std band: no shape spans it.
+            gap = run_factory(project=project_factory(owner=project.owner), name="with-a-gap",
+                              status=RunStatus.COMPLETED, steps=4)  # its own project: not in the overlay below
+            for step, value in enumerate([0.4, None, 0.5, 0.6], start=1):
+                run_event_ingest(run_id=gap.id, event={"kind": "step_finished", "step": step, "metrics": {
+                    "reward_mean": value, "reward_std": None if value is None else 0.1}})
+            page.goto(f"{server}/runs/{gap.id}/")
+            page.wait_for_function("() => (document.getElementById('reward-chart').data || []).length > 0")
+            bands = page.evaluate("() => document.getElementById('reward-chart').data"
+                                  ".filter(t => t.meta === 'std-band').map(t => [t.x, t.y])")
+            assert [b[0] for b in bands] == [[0.85, 1.15, 1.15, 0.85], [3, 4, 4, 3]], bands  # a lone step: a bar
+            assert [round(v, 3) for v in bands[1][1]] == [0.6, 0.7, 0.5, 0.4]
+            page.locator("#reward-chart").screenshot(path=str(SHOTS / "reward-band-gap.png"))
+
             empty = run_factory(project=project, name="not-started")
             page.goto(f"{server}/runs/{empty.id}/")
             expect(page.locator("#reward-chart")).to_have_text("The curves appear when the first step finishes.")

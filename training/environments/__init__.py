@@ -1,4 +1,4 @@
-"""The environment registry. Built in: `chat`, `tools`, `game_2048`, `mcp`; add yours with `register`."""
+"""The environment registry. Built in: `chat`, `tools`, `game_2048`, `mcp`, `external`; add yours with `register`."""
 from __future__ import annotations
 
 from typing import Callable
@@ -23,6 +23,7 @@ def register(name: str) -> Callable[[type[Environment]], type[Environment]]:
 
 
 def _load_builtins() -> None:
+    from training import external  # noqa: F401 - an agent in the user's own code (external rollouts)
     from training.environments import chat, game_2048, mcp, tools  # noqa: F401 - they register themselves
 
 

@@ -71,6 +71,9 @@ def error_responses(result: dict[str, Any], generator, request, public) -> dict[
                 codes.append("404")
             for code in codes:
                 operation["responses"].setdefault(code, _response(code))
+            for code, response in operation["responses"].items():  # refusals an operation names (409, 413, 422)
+                if code[:1] == "4" and "content" not in response:
+                    response["content"] = _response("400")["content"]
     result.setdefault("info", {})["description"] = (
         f"{result['info'].get('description', '')}\n\n## Errors\n\nEvery error has one shape, `Error`: "
         "`{\"detail\": \"…\"}`, and for a 400 also the refused fields, e.g. "

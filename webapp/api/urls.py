@@ -5,7 +5,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 from rest_framework.authtoken.views import obtain_auth_token
 from rest_framework.routers import DefaultRouter
 
-from webapp.api import views
+from webapp.api import external_views, views
 
 app_name = "api"  # the router's names (run-detail, …) must not shadow the pages'
 router = DefaultRouter()
@@ -26,5 +26,11 @@ urlpatterns = [
     # split view), so the site's CSP (no inline script) holds on this page too.
     path("docs/", SpectacularSwaggerSplitView.as_view(url_name="api:api-schema", template_name="webapp/api_docs.html"),
          name="api-docs"),
+    # External rollouts (issue 21): before the router's run routes, which would read "rollouts" as an action.
+    path("runs/<int:pk>/rollouts/", external_views.RolloutsView.as_view(), name="run-rollouts"),
+    path("runs/<int:pk>/rollouts/groups/", external_views.RolloutGroupsView.as_view(), name="run-rollouts-groups"),
+    path("runs/<int:pk>/openai/v1/chat/completions", external_views.OpenAIChatView.as_view(),
+         name="run-openai-chat"),
+    path("runs/<int:pk>/openai/v1/models", external_views.OpenAIModelsView.as_view(), name="run-openai-models"),
     *router.urls,
 ]

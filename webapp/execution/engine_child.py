@@ -9,7 +9,9 @@ It never imports Django. Protocol with the parent:
 - stdin, first line: {"config": RunConfig JSON, "engine": "module:function"}; later lines: {"control": state}
   (run | pause | cancel, or park: stop at the next phase boundary like a cancel, without reporting the run as
   cancelled, for the parent to park it) or {"review": {"step": N, "rewards": {"<group index>": [effective reward per trajectory, or null]}}}, the
-  parent's answer to a `review_requested` event (sent at once, or after a person approved the step's review).
+  parent's answer to a `review_requested` event (sent at once, or after a person approved the step's review),
+  or {"groups": [{"step", "group_index", "trajectories": [...]}]}, groups an external agent submitted (the
+  parent sends them as they come, and all of a step not yet trained again when an engine starts).
   stdin closing means the parent died: the run is cancelled at the next phase boundary and the process exits.
 - EVENTS_FD: one JSON event per line (`event.to_dict()`), written by a thread of its own (EventWriter): a
   parent that falls behind never holds a step up; progress events are then summarised.
@@ -32,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from training.control import StaticControl
+from training.external import Inbox
 
 PARENT_GONE_GRACE_S = 30.0
 
@@ -146,13 +149,16 @@ def review_hook(mailbox: ReviewMailbox, control: StaticControl):
     return review
 
 
-def _follow_control(control: StaticControl, mailbox: ReviewMailbox, parking: threading.Event) -> None:
+def _follow_control(control: StaticControl, mailbox: ReviewMailbox, parking: threading.Event,
+                    inbox: Inbox) -> None:
     for line in sys.stdin:
         try:
             message = json.loads(line)
             state = message.get("control")
             if isinstance(message.get("review"), dict):
                 mailbox.put(message["review"])
+            for group in message.get("groups") or []:
+                inbox.put(group["step"], group["group_index"], group["trajectories"])
         except (ValueError, AttributeError, KeyError, TypeError):
             continue
         if state == "park":  # stop at the next phase boundary as a cancel does, but the run goes on later
@@ -200,7 +206,7 @@ def main() -> int:
         # Another rank of a torchrun launch: it trains the groups rank 0 sends and stops with rank 0's status.
         # stdin is rank 0's (the parent's controls), and the events are rank 0's to write.
         writer: Any = _null_sink
-        mailbox = None
+        mailbox = inbox = None
         os.dup2(2, 1)  # stdout is rank 0's event stream: this rank's prints go to the log
     else:
         if args.events == "stdout":  # torchrun keeps no other descriptor open: stdout carries the events, and
@@ -211,8 +217,8 @@ def main() -> int:
         parking = threading.Event()
         events = EventWriter(events_fd)
         writer = _unless_parked(events, parking)
-        mailbox = ReviewMailbox()
-        threading.Thread(target=_follow_control, args=(control, mailbox, parking), daemon=True,
+        mailbox, inbox = ReviewMailbox(), Inbox()
+        threading.Thread(target=_follow_control, args=(control, mailbox, parking, inbox), daemon=True,
                          name="control").start()
     try:
         from training.config import parse_run_config
@@ -228,6 +234,8 @@ def main() -> int:
         if "review" in inspect.signature(engine).parameters and mailbox is not None:
             # Always hooked: without a review gate the parent answers at once with the overrides made so far.
             extra["review"] = review_hook(mailbox, control)
+        if "inbox" in inspect.signature(engine).parameters and inbox is not None:
+            extra["inbox"] = inbox  # an external agent's submitted groups
         result = engine(config, scorer=scorer, sink=writer, control=control, **extra)
         if inspect.isawaitable(result):
             asyncio.run(result)

@@ -29,6 +29,8 @@ from training.errors import TrainingError
 from studio.key_policy import POLICY_ENV
 from webapp.live.ingest import run_event_ingest
 from webapp.models import Run, RunStatus
+from webapp.selectors.external import external_groups_to_forward, external_last_trained_step, is_external
+from webapp.services.external import external_groups_mark_forwarded
 from webapp.services.monitoring import run_monitor_pause_check
 from webapp.services.review import run_review_rewards
 from webapp.services.run_config import run_model_problems
@@ -199,6 +201,10 @@ def _pump(proc: subprocess.Popen, read_fd: int, *, run_id: int, worker: str) -> 
     last_beat = time.monotonic()
     review_step: int | None = None  # a step whose review the engine is waiting for
     park_by: float | None = None  # set once the engine was asked to stop for parking: the deadline to do so
+    external = is_external(Run.objects.only("config").get(pk=run_id))
+    if external:
+        # A starting engine has none of the groups submitted for the steps it will run: all of them, again.
+        _forward_groups(proc, run_id, after_step=external_last_trained_step(run_id=run_id))
     while True:
         ready, _, _ = select.select([read_fd], [], [], POLL_S)
         if ready:
@@ -222,6 +228,8 @@ def _pump(proc: subprocess.Popen, read_fd: int, *, run_id: int, worker: str) -> 
             review_step = None
         now = time.monotonic()
         try:
+            if external:
+                _forward_groups(proc, run_id)
             if now - last_beat >= settings.STUDIO_HEARTBEAT_S:
                 run_heartbeat(run_id=run_id, worker=worker)
                 last_beat = now
@@ -255,6 +263,16 @@ def _pump(proc: subprocess.Popen, read_fd: int, *, run_id: int, worker: str) -> 
         if state != sent_state:
             _write(proc, {"control": state})
             sent_state = state
+
+
+def _forward_groups(proc: subprocess.Popen, run_id: int, after_step: int | None = None) -> None:
+    """Sends an external agent's submitted groups to the engine as one `{"groups": [...]}` line: those not sent
+    yet, or with `after_step` every group of a later step. The engine keeps the first group per (step, index)."""
+    groups = external_groups_to_forward(run_id=run_id, after_step=after_step)
+    if groups:
+        _write(proc, {"groups": [{"step": g.step, "group_index": g.group_index, "trajectories": g.trajectories}
+                                 for g in groups]})
+        external_groups_mark_forwarded(group_ids=[g.pk for g in groups])
 
 
 def _review_released(run_id: int) -> bool:

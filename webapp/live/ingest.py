@@ -78,6 +78,14 @@ def run_override_publish(*, run_id: int, group_id: int, step: int) -> RunEvent:
         return _append(run, "override", {"group_id": group_id, "step": step})
 
 
+def run_app_event_publish(*, run_id: int, kind: str, payload: dict[str, Any]) -> RunEvent:
+    """Appends an event the web app itself raises (external rollouts: a group submitted, a client connected), so
+    the run page updates the parts it shows as a reload would (call inside the change's transaction)."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run_id)
+        return _append(run, kind, _clean(payload))
+
+
 def run_event_ingest(*, run_id: int, event: dict[str, Any]) -> RunEvent:
     kind = str(event.get("kind", ""))
     handler = _HANDLERS.get(kind)
@@ -308,6 +316,23 @@ def _on_run_failed(run: Run, e: dict[str, Any]) -> dict[str, Any]:
     return {"step": int(e.get("step", -1)), "error": error[:4000]}
 
 
+def _on_rollouts_wanted(run: Run, e: dict[str, Any]) -> dict[str, Any]:
+    """An external agent's step is open: kept whole (scenarios without references, the adapter, the endpoint), as
+    the rollouts API and the run's endpoint read it from here (selectors/external.py)."""
+    step = int(e["step"])
+    groups = [g for g in e.get("groups") or [] if isinstance(g, dict)]
+    _set_phase(run, f"step {step}: waiting for {len(groups)} group{'s' if len(groups) != 1 else ''} from your code")
+    return _clean({k: v for k, v in e.items() if k != "kind"} | {"step": step, "groups": groups})
+
+
+def _on_rollouts_closed(run: Run, e: dict[str, Any]) -> dict[str, Any]:
+    step = int(e["step"])
+    missing = [int(i) for i in e.get("missing") or []]
+    _set_phase(run, f"step {step}: " + (f"{len(missing)} group(s) did not come in time" if missing
+                                        else "every group came"))
+    return {"step": step, "received": [int(i) for i in e.get("received") or []], "missing": missing}
+
+
 def _on_events_summarized(run: Run, e: dict[str, Any]) -> dict[str, Any]:
     """The engine's event writer fell behind this side's recording and left progress events out (the rows
     come from the events it always keeps): said in the log and in the run's event history."""
@@ -332,4 +357,6 @@ _HANDLERS: dict[str, Callable[[Run, dict[str, Any]], dict[str, Any]]] = {
     "monitor_alert": alert_payload,
     "evaluation_failed": evaluation_failed_payload,
     "events_summarized": _on_events_summarized,
+    "rollouts_wanted": _on_rollouts_wanted,  # external rollouts (issue 21)
+    "rollouts_closed": _on_rollouts_closed,
 }

@@ -1,4 +1,7 @@
 from webapp.models.catalogue import Agent, JudgeConfig, Rubric, RubricVersion, Scenario, ScenarioSet
+from webapp.models.external import (
+    ExternalCall, ExternalClient, ExternalGroup, ExternalTrajectory, ProjectToken,
+)
 from webapp.models.projects import Membership, Project, Role
 from webapp.models.review import Rescore, ScoreOverride
 from webapp.models.runs import (
@@ -13,7 +16,8 @@ from webapp.models.runs import (
 )
 
 __all__ = [
-    "Agent", "Checkpoint", "JudgeCall", "JudgeConfig", "Membership", "Project", "Role", "Rubric",
+    "Agent", "Checkpoint", "ExternalCall", "ExternalClient", "ExternalGroup", "ExternalTrajectory",
+    "ProjectToken", "JudgeCall", "JudgeConfig", "Membership", "Project", "Role", "Rubric",
     "RubricVersion", "Rescore", "Run", "ScoreOverride", "RunEvent", "RunStatus", "Scenario", "ScenarioSet", "Step", "Trajectory",
     "TrajectoryGroup",
 ]

@@ -1,0 +1,156 @@
+"""External rollouts (issue 21), the web app's writes: the clients that roll out for a run, the calls they
+sample through its endpoint, and the groups they submit. A submitted trajectory is checked against its recorded
+calls and built into the engine's trajectory (training.external.assemble_trajectory: the tokens that train are
+the tokens that were sampled); the runner forwards stored groups to the engine (execution/runner.py)."""
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from training.external import StaleModel, UnsampledTurn, assemble_trajectory
+from webapp.live.ingest import run_app_event_publish
+from webapp.models import ExternalCall, ExternalClient, ExternalGroup, ExternalTrajectory, ProjectToken, Run
+from webapp.selectors.external import CONNECTED_S, rollouts_open_step
+
+ID_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+class ExternalRefusal(Exception):
+    """A request the rollouts API refuses with `status` (the API answers it in its one error shape)."""
+
+    status = 409
+
+
+class TooLarge(ExternalRefusal):
+    status = 413
+
+
+class NotSampled(ExternalRefusal):
+    status = 422
+
+
+class NotServing(ExternalRefusal):
+    status = 409
+
+
+def external_id_check(*, value: str, field: str) -> str:
+    if not ID_PATTERN.match(value or ""):
+        raise ValidationError({field: [f"{field} must be 1 to 64 letters, digits, '_', '.' or '-'"]})
+    return value
+
+
+def external_client_seen(*, run: Run, client_id: str) -> ExternalClient:
+    """Marks a client as seen now (header X-Client-Id); one that was not connected announces itself to the run
+    page (a `rollouts_client` event)."""
+    external_id_check(value=client_id, field="X-Client-Id")
+    now = timezone.now()
+    with transaction.atomic():
+        client, created = ExternalClient.objects.select_for_update().get_or_create(
+            run=run, client_id=client_id, defaults={"last_seen": now, "requests": 1})
+        if not created:
+            was_connected = client.last_seen >= now - timedelta(seconds=CONNECTED_S)
+            ExternalClient.objects.filter(pk=client.pk).update(last_seen=now, requests=client.requests + 1)
+        if created or not was_connected:
+            run_app_event_publish(run_id=run.pk, kind="rollouts_client", payload={"client_id": client_id})
+    return client
+
+
+def _choice_record(choice: dict[str, Any]) -> dict[str, Any]:
+    """A sampled answer as assemble_trajectory reads it: the message, its token ids and their log-probs."""
+    logprobs = choice.get("logprobs") or {}
+    content = logprobs.get("content") if isinstance(logprobs, dict) else None
+    return {"message": choice.get("message") or {}, "token_ids": choice.get("token_ids"),
+            "logprobs": [item.get("logprob") for item in content] if isinstance(content, list) else None,
+            "finish_reason": choice.get("finish_reason")}
+
+
+def external_call_record(*, run: Run, trajectory_key: str, request: dict[str, Any],
+                         completion: dict[str, Any]) -> ExternalCall:
+    external_id_check(value=trajectory_key, field="X-Trajectory-Id")
+    usage = completion.get("usage") or {}
+    return ExternalCall.objects.create(
+        run=run, trajectory_key=trajectory_key, model=str(completion.get("model") or request.get("model") or ""),
+        request={"messages": request.get("messages") or [], "tools": request.get("tools")},
+        choices=[_choice_record(c) for c in completion.get("choices") or [] if isinstance(c, dict)],
+        completion_tokens=int(usage.get("completion_tokens") or 0))
+
+
+def _checked(run: Run, wanted: dict[str, Any], group_index: int, trajectories: list[dict[str, Any]]) -> None:
+    """The body's limits and references, before any work (the sizes are 413s, the rest 400s)."""
+    indexes = [int(g["group_index"]) for g in wanted.get("groups") or []]
+    if group_index not in indexes:
+        raise ValidationError({"group_index": [f"step {wanted['step']} has no group {group_index}; its groups are "
+                                               f"{', '.join(map(str, indexes)) or 'none'}"]})
+    group_size = int(wanted.get("group_size") or 0)
+    if len(trajectories) > group_size:
+        raise TooLarge(f"{len(trajectories)} trajectories; a group of this run has at most {group_size}")
+    limit = settings.STUDIO_EXTERNAL_MAX_MESSAGES
+    for t in trajectories:
+        if len(t.get("messages") or []) > limit:
+            raise TooLarge(f"trajectory {t['id']} has {len(t['messages'])} messages; the limit is {limit} "
+                           "(STUDIO_EXTERNAL_MAX_MESSAGES)")
+    ids = [t["id"] for t in trajectories]
+    if len(set(ids)) != len(ids):
+        raise ValidationError({"trajectories": ["each trajectory of a group needs its own id"]})
+    if not run.uses_judge and any(t.get("reward") is None for t in trajectories):
+        raise ValidationError({"trajectories": ["this run has no judge: every trajectory needs its `reward`"]})
+
+
+def external_group_submit(*, user, token: Any, run: Run, step: int, group_index: int,
+                          trajectories: list[dict[str, Any]]) -> ExternalGroup:
+    """Stores a submitted group, each trajectory built from its recorded calls. Refuses: 409 when the step is not
+    open, the group came already, an id was used before or a turn was sampled with another step's adapter; 413 over
+    the limits; 422 a turn that was never sampled (unless the run allows it); 400 anything else malformed."""
+    wanted_event = rollouts_open_step(run=run)
+    if wanted_event is None or int(wanted_event.payload.get("step", -1)) != step:
+        open_step = wanted_event.payload.get("step") if wanted_event else None
+        raise ExternalRefusal(f"step {step} is not open for groups" + (
+            f"; step {open_step} is" if open_step is not None else "; the run is waiting for no groups now"))
+    wanted = wanted_event.payload
+    _checked(run, wanted, group_index, trajectories)
+    if ExternalGroup.objects.filter(run=run, step=step, group_index=group_index).exists():
+        raise ExternalRefusal(f"group {group_index} of step {step} was submitted already")
+    used = set(ExternalTrajectory.objects.filter(run=run, key__in=[t["id"] for t in trajectories])
+               .values_list("key", flat=True))
+    if used:
+        raise ExternalRefusal(f"trajectory id(s) {', '.join(sorted(used))} were used in an earlier group; each "
+                              "trajectory needs a new id")
+    scenario_id = str((next(g for g in wanted["groups"] if int(g["group_index"]) == group_index)
+                       .get("scenario") or {}).get("id", ""))
+    assembled = []
+    for t in trajectories:
+        calls = [c.as_call() for c in ExternalCall.objects.filter(run=run, trajectory_key=t["id"]).order_by("id")]
+        try:
+            assembled.append(assemble_trajectory(
+                scenario_id=scenario_id, calls=calls, messages=t.get("messages"), reward=t.get("reward"),
+                metadata={**(t.get("metadata") or {}), "trajectory_id": t["id"]}, model=str(wanted.get("model")),
+                allow_unsampled=bool(wanted.get("allow_unsampled"))))
+        except UnsampledTurn as err:
+            raise NotSampled(f"trajectory {t['id']}: {err}") from None
+        except StaleModel as err:
+            raise ExternalRefusal(f"trajectory {t['id']}: {err}") from None
+        except (ValueError, KeyError, TypeError, IndexError) as err:
+            raise ValidationError({"trajectories": [f"trajectory {t['id']}: {err}"]}) from None
+    try:
+        with transaction.atomic():
+            group = ExternalGroup.objects.create(
+                run=run, step=step, group_index=group_index, trajectories=assembled, submitted_by=user,
+                token=token if isinstance(token, ProjectToken) else None)
+            ExternalTrajectory.objects.bulk_create(ExternalTrajectory(run=run, group=group, key=t["id"])
+                                                   for t in trajectories)
+            run_app_event_publish(run_id=run.pk, kind="rollouts_submitted", payload={
+                "step": step, "group_index": group_index, "trajectories": len(assembled)})
+    except IntegrityError:  # a submission of the same group or ids that won a race with this one
+        raise ExternalRefusal(f"group {group_index} of step {step}, or one of its trajectory ids, was submitted "
+                              "already") from None
+    return group
+
+
+def external_groups_mark_forwarded(*, group_ids: list[int]) -> None:
+    ExternalGroup.objects.filter(pk__in=group_ids).update(forwarded_at=timezone.now())
