@@ -14,7 +14,8 @@ from webapp.models.catalogue import MESSAGE_MAX, PROMPT_MAX
 from webapp.services import run_config as defaults
 
 ENVIRONMENT_KINDS = [("chat", "chat: answer the scenario"), ("tools", "tools: function calling"),
-                     ("game_2048", "game_2048: play 2048 (verifiable reward)")]
+                     ("game_2048", "game_2048: play 2048 (verifiable reward)"),
+                     ("external", "Your own code (external rollouts)")]
 
 
 def apply_service_errors(form: forms.Form, err: ValidationError) -> None:
@@ -64,10 +65,29 @@ class AgentForm(forms.Form):
     base_model = forms.CharField(max_length=500, help_text="A Hugging Face model id or a local directory.")
     system_prompt = forms.CharField(required=False, max_length=PROMPT_MAX, widget=forms.Textarea(attrs={"rows": 5}))
     environment_kind = forms.ChoiceField(choices=ENVIRONMENT_KINDS, initial="chat")
-    environment_options = JSONObjectField(required=False, help_text="Options of the environment, as JSON.")
+    environment_options = JSONObjectField(
+        required=False, help_text="Options of the environment, as JSON. Your own code (external rollouts): "
+        '{"group_timeout_s": 600, "on_missing": "skip" or "fail", "allow_unsampled": false}: how long a step '
+        "waits for its groups, what a group that does not come does, and whether turns the model never sampled "
+        "may train (re-tokenised).")
     temperature = forms.FloatField(min_value=0.0, max_value=2.0, initial=1.0)
     top_p = forms.FloatField(min_value=0.0001, max_value=1.0, initial=1.0)
     max_tokens = forms.IntegerField(min_value=1, max_value=32768, initial=256)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if data.get("environment_kind") == "external":  # checked by the engine's own model, as at launch
+            from pydantic import ValidationError as OptionsError
+
+            from training.external import ExternalOptions
+
+            try:
+                data["environment_options"] = ExternalOptions.model_validate(
+                    data.get("environment_options") or {}).model_dump(mode="json")
+            except OptionsError as err:
+                self.add_error("environment_options", "; ".join(
+                    f"{'.'.join(map(str, e['loc'])) or 'options'}: {e['msg']}" for e in err.errors()))
+        return data
 
     @classmethod
     def from_agent(cls, agent: Agent, **kwargs: Any) -> "AgentForm":
@@ -340,3 +360,7 @@ class PlaygroundFilterForm(forms.Form):
         data = self.cleaned_data
         return {"run_id": data["run"].id if data.get("run") else None, "step": data.get("step"),
                 "labelled": data.get("labelled") or "", "disagreement": bool(data.get("disagreement"))}
+
+
+class ProjectTokenForm(forms.Form):
+    name = forms.CharField(max_length=100, help_text="Where the key will be used, e.g. the machine or script.")

@@ -232,7 +232,13 @@ CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", 
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 SPECTACULAR_SETTINGS = {
     "TITLE": "Rubric Studio API",
-    "DESCRIPTION": "Projects, agents, scenarios, rubrics, judges and RL runs. Token auth: `Authorization: Token <key>`.",
+    "DESCRIPTION": "Projects, agents, scenarios, rubrics, judges and RL runs. Token auth: `Authorization: Token <key>`.\n\n"
+                   "## External rollouts\n\nAn agent in your own code reads the step to roll out "
+                   "(`GET /api/runs/{id}/rollouts/`), samples through the run's OpenAI-compatible endpoint "
+                   "`/api/runs/{id}/openai/v1/` (`POST chat/completions`, `GET models`; header `X-Trajectory-Id` "
+                   "records a call for that trajectory; not in this schema: it is OpenAI's API) and submits each "
+                   "group (`POST /api/runs/{id}/rollouts/groups/`). These take a project token, "
+                   "`Authorization: Bearer rs_...` (a project's API tokens page), or an editor's own token.",
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "SWAGGER_UI_DIST": "SIDECAR",

@@ -5,7 +5,7 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 
 from webapp.ratelimit import LoginView
-from webapp.views import account, catalogue, evaluation, judge_check, projects, review, runs, scenario_generator
+from webapp.views import account, catalogue, evaluation, judge_check, projects, review, runs, scenario_generator, tokens
 
 urlpatterns = [
     path("login/", LoginView.as_view(), name="login"),
@@ -16,6 +16,9 @@ urlpatterns = [
     path("projects/<int:project_id>/members/", projects.project_member_add, name="project-member-add"),
     path("projects/<int:project_id>/members/<int:user_id>/remove/", projects.project_member_remove,
          name="project-member-remove"),
+    path("projects/<int:project_id>/tokens/", tokens.project_token_list, name="project-tokens"),
+    path("projects/<int:project_id>/tokens/<int:token_id>/revoke/", tokens.project_token_revoke_view,
+         name="project-token-revoke"),
     path("projects/<int:project_id>/agents/new/", catalogue.agent_create, name="agent-create"),
     path("agents/<int:agent_id>/", catalogue.agent_edit, name="agent-edit"),
     path("projects/<int:project_id>/scenario-sets/new/", catalogue.scenario_set_create, name="scenario-set-create"),
@@ -35,6 +38,7 @@ urlpatterns = [
     path("runs/<int:run_id>/", runs.run_detail, name="run-detail"),
     path("runs/<int:run_id>/header/", runs.run_header, name="run-header"),
     path("runs/<int:run_id>/steps/", runs.run_steps, name="run-steps"),
+    path("runs/<int:run_id>/external/", runs.run_external, name="run-external"),
     path("runs/<int:run_id>/checkpoints/", runs.run_checkpoints, name="run-checkpoints"),
     path("runs/<int:run_id>/checkpoint-table/", runs.run_checkpoint_table, name="run-checkpoint-table"),
     path("checkpoints/<int:checkpoint_id>/evaluate/", evaluation.checkpoint_evaluate, name="checkpoint-evaluate"),

@@ -174,6 +174,33 @@
       if (card) refreshCard(card);
     },
   };
+  // An external agent's panel (clients, the step's groups, time left): re-rendered by the server on the events
+  // that change it, and every 10 s while the run is active (a client counts as connected for 30 s after its
+  // last request, which is no event). Between renders its time left counts down here.
+  let externalRendered = Date.now();  // when the panel's time left was computed (about: its fetch began)
+  function refreshExternal() {
+    if (!live.dataset.externalUrl) return;
+    externalRendered = Date.now();
+    fetchInto(live.dataset.externalUrl, "#external-panel", "outerHTML");
+  }
+  for (const kind of ["rollouts_wanted", "rollouts_closed", "rollouts_submitted", "rollouts_client", "status",
+                      "run_finished", "run_failed"]) {
+    const before = handlers[kind];
+    handlers[kind] = before ? (data) => { before(data); refreshExternal(); } : refreshExternal;
+  }
+  if (live.dataset.externalUrl) {
+    setInterval(() => {
+      const panel = document.getElementById("external-panel");
+      if (!panel || finalStatuses.has(panel.dataset.status)) return;
+      const cell = document.getElementById("external-deadline");
+      const left = parseFloat(panel.dataset.deadline);
+      if (cell && !isNaN(left) && panel.dataset.status !== "paused") {
+        cell.textContent = Math.max(0, Math.round(left - (Date.now() - externalRendered) / 1000)) + " s";
+      }
+      if (Date.now() - externalRendered > 10000) refreshExternal();
+    }, 1000);
+  }
+
   const headerKinds = new Set(["status", "run_started", "run_finished", "run_failed", "review_requested",
                                "review_applied", "step_finished"]);
 

@@ -19,6 +19,7 @@ from tests.webapp.factories import (
 )
 from webapp.live.ingest import run_event_ingest
 from webapp.models import Checkpoint, Rescore, Role, RunStatus, Scenario, Trajectory
+from webapp.services.project_tokens import project_token_create
 
 # Lowest first. "admin" is the project's owner; "other_admin" owns another project; "anonymous" is logged out.
 ROLES = ("anonymous", "other_admin", "viewer", "reviewer", "editor", "admin")
@@ -81,7 +82,8 @@ def build_world(tmp_path: Path) -> World:
     checkpoint = Checkpoint.objects.create(run=run, step_index=1, path=str(checkpoint_dir), adapter_name="r@1")
     rescore = Rescore.objects.create(project=project, rubric_text="x", judge_config=judge, judge_model=judge.model,
                                      group_ids=[trajectory.group_id], status=Rescore.Status.DONE)
-    ids = {"project_id": project.id, "agent_id": agent.id, "scenario_set_id": scenario_set.id,
+    token, _ = project_token_create(user=project.owner, project=project, name="world")
+    ids = {"project_id": project.id, "token_id": token.id, "agent_id": agent.id, "scenario_set_id": scenario_set.id,
            "rubric_id": rubric.id, "judge_id": judge.id, "run_id": run.id, "group_id": trajectory.group_id,
            "trajectory_id": trajectory.id, "checkpoint_id": checkpoint.id, "rescore_id": rescore.id,
            "scenario_id": "s1", "scenario_pk": scenario.id, "action": "pause", "user_id": users["viewer"].id,

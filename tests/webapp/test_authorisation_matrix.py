@@ -45,6 +45,8 @@ EXPECTED: dict[str, Entry] = {
     "project-detail": page(get=(V, 200)),
     "project-member-add": page(post=(E, 400)),  # re-rendered with the form's errors beside it
     "project-member-remove": page(post=(E, 302)),
+    "project-tokens": page(get=(V, 200), post=(E, 400)),  # members see the list; an empty name is refused
+    "project-token-revoke": page(post=(E, 302)),
     "agent-create": page(get=(E, 200), post=(E, 400)),
     "agent-edit": page(get=(E, 200), post=(E, 400)),
     "scenario-set-create": page(get=(E, 200), post=(E, 400)),
@@ -62,6 +64,7 @@ EXPECTED: dict[str, Entry] = {
     "run-detail": page(get=(V, 200)),
     "run-header": page(get=(V, 200)),
     "run-steps": page(get=(V, 200)),
+    "run-external": page(get=(V, 404)),  # members only; the world's run is no external agent's, so it has no panel
     "run-checkpoints": page(get=(V, 200)),
     "run-checkpoint-table": page(get=(V, 200)),
     "checkpoint-evaluate": page(post=(E, 302)),  # back to the run page, with the outcome in the message bar
@@ -122,6 +125,11 @@ EXPECTED: dict[str, Entry] = {
     "api:playground-list": api(get=("any", 200), post=("any", 400)),
     "api:playground-detail": api(get=(V, 200)),
     "api:playground-save-version": api(post=(E, 400)),
+    # external rollouts: an editor's (or a project token's); the world's run serves nothing, so its endpoint is a 409
+    "api:run-rollouts": api(get=(E, 200)),
+    "api:run-rollouts-groups": api(post=(E, 400)),
+    "api:run-openai-chat": api(post=(E, 400)),
+    "api:run-openai-models": api(get=(E, 409)),
     # pages anyone may open
     "login": page(get=("public", 200), post=("public", 200)),
     "logout": page(post=("public", 302)),

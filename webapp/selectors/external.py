@@ -6,6 +6,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
+from django.db.models import F
 from django.utils import timezone
 
 from webapp.models import ExternalClient, ExternalGroup, ProjectToken, Role, Run, RunEvent, RunStatus
@@ -117,3 +118,8 @@ def external_last_trained_step(*, run_id: int) -> int:
 
     return Checkpoint.objects.filter(run_id=run_id).order_by("-step_index").values_list(
         "step_index", flat=True).first() or 0
+
+
+def project_tokens(*, project) -> list[ProjectToken]:
+    return list(ProjectToken.objects.filter(project=project).select_related("created_by")
+                .order_by(F("revoked_at").asc(nulls_first=True), "-created_at", "-id"))

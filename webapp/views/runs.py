@@ -13,6 +13,7 @@ from django.views.decorators.http import require_POST, require_safe
 
 from webapp.selectors import access, rewards as reward_selectors, runs as run_selectors
 from webapp.selectors.evaluation import run_evaluation_data
+from webapp.selectors.external import external_panel, is_external
 from webapp.forms import GroupSearchForm, LaunchForm
 from webapp.models import Role
 from webapp.services import runs as run_services
@@ -82,7 +83,18 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "settings": run_selectors.run_settings(run=run),
         "last_seq": run.last_event_seq,
         "evaluation": run_evaluation_data(run=run),  # held-out win rate, monitors, checkpoint table
+        "ext": external_panel(run=run) if is_external(run) else None,  # an agent in the user's own code
     })
+
+
+@login_required
+@require_safe
+def run_external(request: HttpRequest, run_id: int) -> HttpResponse:
+    """The external agent's panel, re-fetched live (a group submitted, a client connected, a step opened)."""
+    run = access.run_get(user=request.user, run_id=run_id)
+    if not is_external(run):
+        raise Http404("this run's agent does not roll out in your own code")
+    return render(request, "webapp/partials/external_panel.html", {"run": run, "ext": external_panel(run=run)})
 
 
 @login_required
