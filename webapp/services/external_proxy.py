@@ -39,6 +39,18 @@ def _unreachable(err: Exception) -> Upstream:
                     "application/json")
 
 
+def stored_order(value: Any) -> Any:
+    """JSON with its object keys in the order PostgreSQL's jsonb gives them back (shorter keys first, then
+    bytewise). The server is sent the request in this order, so that a chat template rendering tools with
+    `tojson` samples from exactly the prompt the trainer renders from the recorded call (which the database
+    hands back reordered); otherwise the trained tokens would follow a prompt the model never saw."""
+    if isinstance(value, dict):
+        return {k: stored_order(value[k]) for k in sorted(value, key=lambda k: (len(k.encode()), k.encode()))}
+    if isinstance(value, list):
+        return [stored_order(v) for v in value]
+    return value
+
+
 def external_models(*, run: Run) -> Upstream:
     base_url, _ = _base_url(run)
     try:
@@ -53,7 +65,8 @@ def external_chat_completion(*, run: Run, body: dict[str, Any], trajectory_key: 
     base_url, model = _base_url(run)
     stream = bool(body.get("stream"))
     include_usage = stream and bool((body.get("stream_options") or {}).get("include_usage"))
-    forwarded = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+    forwarded = {k: stored_order(v) if k in ("messages", "tools") else v
+                 for k, v in body.items() if k not in ("stream", "stream_options")}
     forwarded.setdefault("model", model)
     forwarded.update(logprobs=True, return_token_ids=True)
     try:
