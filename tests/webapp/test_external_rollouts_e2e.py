@@ -7,6 +7,7 @@ the engine got carry exactly the recorded calls' token ids and log-probs, those 
 judge saw, and the trainer's log-probs of them match the sampler's."""
 from __future__ import annotations
 
+import json
 import random
 import socket
 import subprocess
@@ -22,7 +23,7 @@ from webapp.models import Agent, Run, RunStatus, Scenario, ScenarioSet
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-STEPS, GROUP_SIZE, GROUPS = 3, 2, 2
+STEPS, GROUP_SIZE, GROUPS = 3, 4, 2
 
 
 def _free_port() -> int:
@@ -122,12 +123,18 @@ def test_an_agent_in_its_own_process_rolls_out_a_run_that_judges_and_trains_on_e
 
     # Judged and trained over every step.
     assert run.status == RunStatus.COMPLETED and run.steps_done == STEPS, run.error
-    assert judged >= STEPS * GROUPS
     assert sorted(Step.objects.filter(run=run).values_list("index", flat=True)) == [1, 2, 3]
     assert sorted(Checkpoint.objects.filter(run=run).values_list("step_index", flat=True)) == [1, 2, 3]
     trajectories = list(Trajectory.objects.filter(group__run=run).select_related("group"))
     assert len(trajectories) == STEPS * GROUPS * GROUP_SIZE
-    assert all(t.judge_score is not None and not t.error for t in trajectories)
+    assert not [t.error for t in trajectories if t.error]
+    by_group: dict[tuple[int, int], set[str]] = {}
+    for t in trajectories:
+        by_group.setdefault((t.group.step_index, t.group.index), set()).add(json.dumps(t.messages))
+    # The judge ranks every group whose answers differ; a group of identical answers has nothing to rank.
+    assert all(t.judge_score is not None for t in trajectories if len(by_group[t.group.step_index, t.group.index]) > 1)
+    ranked = sum(len(a) > 1 for a in by_group.values())
+    assert ranked >= 1 and judged >= ranked, (ranked, judged)
     client = ExternalClient.objects.get(run=run)
     assert client.client_id == "e2e-agent" and client.requests >= STEPS * GROUPS * (GROUP_SIZE + 1)
 
@@ -158,9 +165,8 @@ def test_an_agent_in_its_own_process_rolls_out_a_run_that_judges_and_trains_on_e
                 assert text.strip() == (choice["message"].get("content") or "").strip() or choice["message"].get(
                     "tool_calls")
 
-    # The trainer's log-probs of those tokens are the sampler's (a re-tokenisation has none to compare with).
-    for step in Step.objects.filter(run=run):
-        metrics = step.metrics
-        if metrics.get("trained_sequences"):
-            assert metrics["sampler_gap"] is not None and abs(metrics["sampler_gap"]) < 0.05, metrics
-    assert any(s.metrics.get("trained_sequences") for s in Step.objects.filter(run=run))
+    # The trainer's log-probs of those tokens are the sampler's, to float noise: the same tokens after the same
+    # prompt (a re-tokenisation would have no sampler log-probs; a prompt rendered differently, e.g. tools whose
+    # keys the database reordered, differs by about 1e-2).
+    trained = [s.metrics for s in Step.objects.filter(run=run) if s.metrics.get("trained_sequences")]
+    assert trained and all(m["sampler_gap"] is not None and abs(m["sampler_gap"]) < 1e-4 for m in trained), trained
