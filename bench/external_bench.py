@@ -103,15 +103,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-async def _bench(url: str, token: str, run_id: int, requests: int) -> tuple[list[float], list[float],
-                                                                            list[float], list[float]]:
+async def _bench(url: str, token: str, run_id: int, requests: int) -> tuple[list[float], ...]:
     import openai
     from asgiref.sync import sync_to_async
 
     from rubric_studio_client import StudioClient
 
     per_request = ([], [])  # endpoint, direct
-    per_step = ([], [])
+    per_step = ([], [], [])  # endpoint rollouts + submission, direct rollouts, submission alone
     async with StudioClient(url, token, client_id="bench") as studio:
         run = await studio.run(run_id)
         turn = 0
@@ -161,11 +160,12 @@ async def _bench(url: str, token: str, run_id: int, requests: int) -> tuple[list
                 direct_s = await direct_step()
             t0 = time.perf_counter()
             await asyncio.gather(*(run.submit_group(step, g.group_index, list(ts)) for g, ts in zip(step.groups, done)))
-            per_step[0].append(rollout_s + time.perf_counter() - t0)
+            per_step[2].append(time.perf_counter() - t0)
+            per_step[0].append(rollout_s + per_step[2][-1])
             per_step[1].append(direct_s)
             turn += 1
             await direct.close()
-    return per_request[0], per_request[1], per_step[0], per_step[1]
+    return per_request[0], per_request[1], per_step[0], per_step[1], per_step[2]
 
 
 def main() -> None:
@@ -206,7 +206,7 @@ def main() -> None:
             if launched.status_code != 201:
                 raise SystemExit(f"launch refused: {launched.status_code} {launched.text[:500]}")
             run_id = launched.json()["id"]
-            endpoint, direct, step_endpoint, step_direct = asyncio.run(_bench(url, project_key, run_id,
+            endpoint, direct, step_endpoint, step_direct, submission = asyncio.run(_bench(url, project_key, run_id,
                                                                               args.requests))
         finally:
             server.terminate()
@@ -224,7 +224,11 @@ def main() -> None:
     print(f"per request ({len(endpoint)} each, one at a time): endpoint p50 {e * 1000:6.1f} ms, server directly "
           f"p50 {d * 1000:6.1f} ms: {e / d:4.2f}x (+{(e - d) * 1000:.1f} ms)")
     print(f"per step ({len(step_endpoint)} steps, {GROUPS} groups x {GROUP_SIZE} at once): endpoint + submission "
-          f"p50 {se:6.2f} s, server directly p50 {sd:6.2f} s: {se / sd:4.2f}x")
+          f"p50 {se:6.2f} s (submission {statistics.median(submission):.2f} s), server directly p50 {sd:6.2f} s: "
+          f"{se / sd:4.2f}x")
+    n = GROUPS * GROUP_SIZE  # at once vs one at a time: near 1 means the path serialises concurrent requests
+    print(f"concurrency ({n} requests at once / {n} x one request): endpoint "
+          f"{(se - statistics.median(submission)) / (n * e):4.2f}, server directly {sd / (n * d):4.2f}")
 
 
 if __name__ == "__main__":
