@@ -12,6 +12,8 @@ import random
 import socket
 import subprocess
 import sys
+import time
+from datetime import timedelta
 
 import pytest
 import requests
@@ -69,7 +71,8 @@ def _boards(n: int) -> list[str]:
     return [f"{DEMO_USER_MESSAGE}\n{rules.render(rules.new_board(4, rng))}" for _ in range(n)]
 
 
-def _launch(web, judge: JudgeDouble, tiny_model_dir) -> tuple[Run, str]:
+def _launch(web, judge: JudgeDouble, tiny_model_dir, *, steps: int = STEPS, groups: int = GROUPS,
+            group_size: int = GROUP_SIZE, options: dict | None = None) -> tuple[Run, str]:
     """The catalogue made in the database, the run launched through the API with the owner's API token; returns
     the run and a project token (what the user's process gets)."""
     from rest_framework.authtoken.models import Token
@@ -82,10 +85,11 @@ def _launch(web, judge: JudgeDouble, tiny_model_dir) -> tuple[Run, str]:
     project = project_factory(name="external")
     agent = Agent.objects.create(project=project, name="my own 2048 agent", base_model=str(tiny_model_dir),
                                  system_prompt=DEMO_SYSTEM_PROMPT, environment_kind="external",
-                                 environment_options={"group_timeout_s": 240, "on_missing": "fail"}, max_tokens=12)
+                                 environment_options=options or {"group_timeout_s": 240, "on_missing": "fail"},
+                                 max_tokens=12)
     scenario_set = ScenarioSet.objects.create(project=project, name="boards")
     Scenario.objects.bulk_create(Scenario(scenario_set=scenario_set, external_id=f"board-{k}", user_message=text)
-                                 for k, text in enumerate(_boards(4)))
+                                 for k, text in enumerate(_boards(2 * steps * groups)))
     rubric = rubric_factory(project=project, text="Prefer a legal move in the requested format, with nothing else.")
     judge_config = JudgeConfig.objects.create(project=project, name="double", model=judge.model,
                                               api_base=judge.api_base, api_key_encrypted=secret_encrypt(plaintext="t"))
@@ -93,8 +97,8 @@ def _launch(web, judge: JudgeDouble, tiny_model_dir) -> tuple[Run, str]:
     api_key = Token.objects.create(user=project.owner).key
     answer = requests.post(f"{web.url}/api/runs/", headers={"Authorization": f"Token {api_key}"}, timeout=60, json={
         "project": project.pk, "name": "external tiny", "agent": agent.pk, "scenario_set": scenario_set.pk,
-        "rubric_version": rubric.versions.get().pk, "judge_config": judge_config.pk, "steps": STEPS,
-        "group_size": GROUP_SIZE, "groups_per_step": GROUPS, "learning_rate": 2e-3,
+        "rubric_version": rubric.versions.get().pk, "judge_config": judge_config.pk, "steps": steps,
+        "group_size": group_size, "groups_per_step": groups, "learning_rate": 2e-3,
         "overrides": {"device": "cpu", "lora": {"r": 8, "alpha": 16}}})
     assert answer.status_code == 201, answer.text
     return Run.objects.get(pk=answer.json()["id"]), key
@@ -170,3 +174,83 @@ def test_an_agent_in_its_own_process_rolls_out_a_run_that_judges_and_trains_on_e
     # keys the database reordered, differs by about 1e-2).
     trained = [s.metrics for s in Step.objects.filter(run=run) if s.metrics.get("trained_sequences")]
     assert trained and all(m["sampler_gap"] is not None and abs(m["sampler_gap"]) < 1e-4 for m in trained), trained
+
+
+# A client that submits the step's first groups, starts the last one and hangs there (until it is killed).
+HANGING_CLIENT = """
+import asyncio, sys
+from rubric_studio_client import StudioClient
+
+async def main(url, token, run_id):
+    async with StudioClient(url, token, client_id="doomed") as studio:
+        run = await studio.run(run_id)
+        step = await run.next_step(poll_s=0.2)
+        *first, last = step.groups
+        for group in first:
+            done = []
+            for _ in range(step.group_size):
+                async with run.trajectory() as t:
+                    await run.openai.chat.completions.create(messages=step.messages(group.scenario),
+                                                             **step.completion_args())
+                done.append(t)
+            await run.submit_group(step, group.group_index, done)
+        async with run.trajectory():
+            await run.openai.chat.completions.create(messages=step.messages(last.scenario), **step.completion_args())
+            print("hanging", flush=True)
+            await asyncio.sleep(3600)
+
+asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
+"""
+
+
+def test_a_client_killed_mid_step_leaves_its_group_to_the_steps_timeout_and_loses_nothing_it_submitted(
+        web, tiny_model_dir, tmp_path):
+    """kill -9 of the user's process halfway through a step: the step waits out its timeout, records the group
+    that never came as failed rollouts (on_missing: skip), trains on the groups that came; another process
+    (the example) then rolls out the rest of the run."""
+    import signal
+
+    from webapp.models import ExternalCall, ExternalGroup, RunEvent, Step, TrajectoryGroup
+
+    timeout_s = 15.0
+    with JudgeDouble(responder=JudgeDouble.score_by(marker_or_brevity)) as judge:
+        run, key = _launch(web, judge, tiny_model_dir, steps=2, groups=3, group_size=2,
+                           options={"group_timeout_s": timeout_s, "on_missing": "skip"})
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+        doomed = subprocess.Popen([sys.executable, "-c", HANGING_CLIENT, web.url, key, str(run.pk)], cwd=tmp_path,
+                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            assert doomed.stdout.readline().strip() == "hanging", doomed.stdout.read()[-3000:]
+        finally:
+            doomed.send_signal(signal.SIGKILL)
+            doomed.wait(timeout=30)
+        killed_at = time.monotonic()
+        assert sorted(ExternalGroup.objects.filter(run=run).values_list("step", "group_index")) == [(1, 0), (1, 1)]
+        hung = ExternalCall.objects.filter(run=run).exclude(
+            trajectory_key__in=[t["metadata"]["trajectory_id"] for g in ExternalGroup.objects.filter(run=run)
+                                for t in g.trajectories])
+        assert hung.count() == 1  # the killed trajectory's call: recorded, never submitted, never trained
+
+        closed = wait_for(lambda: RunEvent.objects.filter(run=run, kind="rollouts_closed").first(),
+                          timeout=timeout_s + 60, message="step 1 to stop waiting")
+        assert (closed.payload["received"], closed.payload["missing"]) == ([0, 1], [2])
+        wanted = RunEvent.objects.filter(run=run, kind="rollouts_wanted").first()
+        assert closed.created_at - wanted.created_at >= timedelta(seconds=timeout_s - 0.5)
+        assert time.monotonic() - killed_at < timeout_s + 30
+
+        finisher = subprocess.run([sys.executable, str(ROOT / "examples" / "openai_agent.py"), "--url", web.url,
+                                   "--token", key, "--run", str(run.pk)], cwd=tmp_path, env=env,
+                                  capture_output=True, text=True, timeout=300)
+        assert finisher.returncode == 0, finisher.stdout[-2000:] + finisher.stderr[-2000:]
+        assert "this process rolled out 1 step(s)" in finisher.stdout
+
+    run.refresh_from_db()
+    assert run.status == RunStatus.COMPLETED and run.steps_done == 2, run.error
+    first = {g.index: g for g in TrajectoryGroup.objects.filter(run=run, step_index=1)}
+    assert sorted(first) == [0, 1, 2]
+    assert [first[i].trajectories.count() for i in (0, 1)] == [2, 2]  # what the killed client submitted trained
+    assert first[2].trajectories.count() == 0 and len(first[2].errors) == 2
+    assert all("no group was submitted within 15 s" in e for e in first[2].errors)
+    metrics = Step.objects.get(run=run, index=1).metrics
+    assert metrics["rollout_errors"] == 2
+    assert sorted(ExternalGroup.objects.filter(run=run, step=2).values_list("group_index", flat=True)) == [0, 1, 2]
