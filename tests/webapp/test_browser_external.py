@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.django_db(transaction=True),
 PANEL = "() => Array.from(document.querySelectorAll('#external-state tr')).filter((r) => !r.querySelector('#external-deadline')).map((r) => r.textContent.replace(/\\s+/g, ' ').trim())"
 
 
-def test_the_external_panel_shows_a_submitted_group_and_its_client_live_as_a_reload_does(server):
+def test_the_external_panel_shows_a_submitted_group_and_its_client_live_as_a_reload_does(server):  # noqa: F811
     from playwright.sync_api import expect, sync_playwright
 
     run = external_run()

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -149,6 +150,9 @@ def test_the_state_endpoint_names_the_open_step_its_scenarios_and_what_was_submi
     assert [(g["group_index"], g["scenario"]["user_message"], g["submitted"]) for g in state["groups"]] == [
         (0, "Question 1?", False), (1, "Question 2?", True)]
     assert "reference" not in json.dumps(state)
+    # Where the run's server listens stays on the server: not in the state, nor in the event pages are sent.
+    assert "127.0.0.1:9" not in json.dumps(state)
+    assert "base_url" not in RunEvent.objects.get(run=run, kind="rollouts_wanted").as_message()["data"]
 
     run_event_ingest(run_id=run.id, event={"kind": "rollouts_closed", "step": 1, "received": [1], "missing": [0]})
     assert client.get(path).json()["step"] is None
@@ -442,3 +446,72 @@ def test_the_api_docs_name_the_external_rollouts_endpoints_and_the_schema_docume
     assert "/api/runs/{id}/rollouts/" in schema["paths"]
     assert not [p for p in schema["paths"] if "openai" in p]  # OpenAI's own API, documented in words
     assert "External rollouts" in schema["info"]["description"]
+
+
+# --- end to end: the real engine, the runner, the endpoint and the API --------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_agent_in_your_own_code_trains_a_run_on_the_tiny_model_through_the_web_app(tiny_model_dir, live_server,
+                                                                                    settings):
+    """The user's process (played here with the plain openai client and httpx) reads each step, samples through
+    the run's endpoint, submits its groups with its own rewards (no judge); the real engine trains them."""
+    from webapp.execution.runner import run_execute
+    from webapp.models import Step, TrajectoryGroup
+
+    settings.STUDIO_ENGINE = "training.loop:train"
+    project = project_factory()
+    agent = agent_factory(project=project, base_model=str(tiny_model_dir), environment_kind="external",
+                          environment_options={"group_timeout_s": 120, "on_missing": "fail"}, max_tokens=6)
+    run = run_factory(project=project, agent=agent, steps=2,
+                      overrides={"device": "cpu", "grpo": {"groups_per_step": 1}})
+    _, key = project_token_create(user=project.owner, project=project, name="e2e")
+    headers = {"Authorization": f"Bearer {key}", "X-Client-Id": "e2e"}
+
+    def work() -> None:
+        try:
+            run_execute(run_id=run.id, worker="w")
+        finally:
+            connection.close()
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    submitted = []
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            state = httpx.get(f"{live_server.url}/api/runs/{run.id}/rollouts/", headers=headers).json()
+            if state["status"] in ("completed", "failed", "cancelled", "crashed"):
+                break
+            todo = [g for g in state["groups"] if not g["submitted"]]
+            if state["step"] is None or not todo:
+                time.sleep(0.2)
+                continue
+            client = openai.OpenAI(base_url=state["openai_base_url"], api_key=key, max_retries=0,
+                                   default_headers={"X-Client-Id": "e2e"})
+            for group in todo:
+                trajectories = []
+                for k in range(state["group_size"]):
+                    trajectory_id = f"s{state['step']}-g{group['group_index']}-{k}"
+                    client.chat.completions.create(
+                        model=state["model"], max_tokens=6, extra_headers={"X-Trajectory-Id": trajectory_id},
+                        messages=[{"role": "system", "content": state["system_prompt"]},
+                                  {"role": "user", "content": group["scenario"]["user_message"]}])
+                    trajectories.append({"id": trajectory_id, "reward": float(k)})
+                response = httpx.post(f"{live_server.url}/api/runs/{run.id}/rollouts/groups/", headers=headers,
+                                      json={"step": state["step"], "group_index": group["group_index"],
+                                            "trajectories": trajectories})
+                assert response.status_code == 201, response.text
+                submitted.append((state["step"], state["model"]))
+    finally:
+        worker.join(timeout=120)
+    run.refresh_from_db()
+    assert run.status == RunStatus.COMPLETED, run.error + (Path(run.output_dir) / "engine.log").read_text()[-3000:]
+    name = run.config["name"]
+    # each step sampled with what it asked for: the base model, then step 1's adapter
+    assert submitted == [(1, "base"), (2, f"{name}@1")]
+    assert sorted(Step.objects.filter(run=run).values_list("index", flat=True)) == [1, 2]
+    for group in TrajectoryGroup.objects.filter(run=run):
+        assert sorted(t.env_reward for t in group.trajectories.all()) == [0.0, 1.0]
+    assert run.checkpoints.count() == 2
+    assert all(g.forwarded_at for g in ExternalGroup.objects.filter(run=run))

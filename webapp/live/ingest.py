@@ -317,12 +317,14 @@ def _on_run_failed(run: Run, e: dict[str, Any]) -> dict[str, Any]:
 
 
 def _on_rollouts_wanted(run: Run, e: dict[str, Any]) -> dict[str, Any]:
-    """An external agent's step is open: kept whole (scenarios without references, the adapter, the endpoint), as
-    the rollouts API and the run's endpoint read it from here (selectors/external.py)."""
+    """An external agent's step is open: kept (scenarios without references, the adapter, the deadline), as the
+    rollouts API reads it from here (selectors/external.py); the run's endpoint forwards to `base_url`."""
     step = int(e["step"])
     groups = [g for g in e.get("groups") or [] if isinstance(g, dict)]
-    _set_phase(run, f"step {step}: waiting for {len(groups)} group{'s' if len(groups) != 1 else ''} from your code")
-    return _clean({k: v for k, v in e.items() if k != "kind"} | {"step": step, "groups": groups})
+    _set_phase(run, f"step {step}: waiting for {len(groups)} group{'s' if len(groups) != 1 else ''} from your code",
+               external_base_url=str(e.get("base_url") or "")[:500])
+    # The server's address stays on the run: pages and their members are sent the rest, never where it listens.
+    return _clean({k: v for k, v in e.items() if k not in ("kind", "base_url")} | {"step": step, "groups": groups})
 
 
 def _on_rollouts_closed(run: Run, e: dict[str, Any]) -> dict[str, Any]:

@@ -61,6 +61,9 @@ class Run(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     # The launch form's one-time token: the same form submitted twice (back button, double click) is one run.
     launch_token = models.CharField(max_length=64, blank=True, default="")
+    # An external agent's run: its inference server, from the engine's newest `rollouts_wanted`, where the run's
+    # OpenAI-compatible endpoint forwards. Kept here, not in the event the browser is sent.
+    external_base_url = models.CharField(max_length=500, blank=True, default="")
 
     class Meta:
         ordering = ["-created_at", "-id"]

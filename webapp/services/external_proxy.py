@@ -1,5 +1,5 @@
 """A run's OpenAI-compatible endpoint: forwards chat completions to the run's inference server (the `base_url`
-of its newest `rollouts_wanted` event) and records the ones made for a trajectory. The server is always asked
+of its newest `rollouts_wanted` event, kept on the run) and records the ones made for a trajectory. The server is always asked
 for log-probs and token ids, so a recorded answer trains on the tokens it sampled; a client that did not ask for
 them gets an ordinary answer, and `stream: true` is answered as a stream of the whole completion."""
 from __future__ import annotations
@@ -28,10 +28,10 @@ class Upstream:
 def _base_url(run: Run) -> tuple[str, str]:
     """(base URL, current adapter) of the run's server; NotServing (409) when the run serves nothing now."""
     wanted = rollouts_wanted_latest(run=run) if run.status in ACTIVE_STATUSES else None
-    if wanted is None or not wanted.payload.get("base_url"):
+    if wanted is None or not run.external_base_url:
         raise NotServing(f"run {run.pk} is not serving ({run.get_status_display().lower()}): its endpoint answers "
                          "once the run has asked for its first step's groups, until it ends")
-    return str(wanted.payload["base_url"]).rstrip("/"), str(wanted.payload.get("model") or "")
+    return run.external_base_url.rstrip("/"), str(wanted.payload.get("model") or "")
 
 
 def _unreachable(err: Exception) -> Upstream:
