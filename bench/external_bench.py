@@ -7,7 +7,7 @@ A scratch embedded install (SQLite, in-process executor, no Redis) serves the ap
 `external` agent (server kind `inprocess`: the engine's HTTP front) is launched through the API, and this
 process plays the user's: with `rubric_studio_client` and a project token it samples through the endpoint
 (tagged, so every call is recorded) and submits the groups. The same requests go straight to the inference
-server's address (the `base_url` of the run's `rollouts_wanted` event), in the same run:
+server's address (the `base_url` the engine announced with its `rollouts_wanted` event), in the same run:
 
 - per request: one chat completion at a time (8 tokens, `ignore_eos` so both paths generate the same count,
   log-probs and token ids on both), endpoint and direct alternating; medians and their ratio;
@@ -88,13 +88,13 @@ def _setup(judge_api_base: str, judge_model: str, model_dir: Path, steps: int) -
     return body, Token.objects.create(user=user).key, key
 
 
-def _inference_url(run_id: int, step: int) -> str:
-    """Where the run's endpoint forwards to: the base_url of the step's rollouts_wanted event."""
-    from webapp.models import RunEvent
+def _inference_url(run_id: int) -> str:
+    """Where the run's endpoint forwards to: the inference server the engine announced (Run.external_base_url)."""
+    from webapp.models import Run
 
-    event = RunEvent.objects.filter(run_id=run_id, kind="rollouts_wanted").order_by("-seq").first()
-    assert event is not None and event.payload["step"] == step, "the run announced no step"
-    return event.payload["base_url"]
+    url = Run.objects.values_list("external_base_url", flat=True).get(pk=run_id)
+    assert url, "the run announced no inference server"
+    return url
 
 
 def _free_port() -> int:
@@ -115,7 +115,7 @@ async def _bench(url: str, token: str, run_id: int, requests: int) -> tuple[list
         run = await studio.run(run_id)
         turn = 0
         while (step := await run.next_step(poll_s=0.2)) is not None:
-            direct = openai.AsyncOpenAI(base_url=await sync_to_async(_inference_url)(run_id, step.step),
+            direct = openai.AsyncOpenAI(base_url=await sync_to_async(_inference_url)(run_id),
                                         api_key="unused", max_retries=0)
             extra = {"ignore_eos": True, "return_token_ids": True}
 
