@@ -141,7 +141,8 @@ demo-engine: venv
 # run page with 100k trajectories on PostgreSQL), page latency while a run trains beside the app, and the A/A
 # calibration of the held-out win rate (the base against itself over 20 seeds: how often each 95 % interval covers 0.5),
 # and pipelined steps vs sequential ones with a judge double at 0.5, 1.5 and 3 s (step time per stage; the 30-step
-# learning curves over 3 seeds are `python -m bench.pipeline_bench --curve`, about an hour more).
+# learning curves over 3 seeds are `python -m bench.pipeline_bench --curve`, about an hour more), and external
+# rollouts: the run's endpoint through the web app vs the inference server directly, per request and per step.
 # The engine bench also writes bench/results/engine_bench.json.
 bench: venv vllm-venv art-venv trl-venv services
 	VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(BIN)/python -m bench.engine_bench
@@ -151,6 +152,7 @@ bench: venv vllm-venv art-venv trl-venv services
 	$(BIN)/python -m bench.page_latency_bench
 	$(BIN)/python -m bench.eval_calibration
 	$(BIN)/python -m bench.pipeline_bench
+	$(BIN)/python -m bench.external_bench
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(ART_VENV) $(TRL_VENV) $(PY312_VENV) var

@@ -51,6 +51,18 @@ def _unreachable(err: Exception) -> Upstream:
                     "application/json")
 
 
+def stored_order(value: Any) -> Any:
+    """JSON with its object keys in the order PostgreSQL's jsonb gives them back (shorter keys first, then
+    bytewise). The server is sent the request in this order, so that a chat template rendering tools with
+    `tojson` samples from exactly the prompt the trainer renders from the recorded call (which the database
+    hands back reordered); otherwise the trained tokens would follow a prompt the model never saw."""
+    if isinstance(value, dict):
+        return {k: stored_order(value[k]) for k in sorted(value, key=lambda k: (len(k.encode()), k.encode()))}
+    if isinstance(value, list):
+        return [stored_order(v) for v in value]
+    return value
+
+
 def external_models(*, run: Run) -> Upstream:
     base_url, _ = _base_url(run)
     try:
@@ -66,9 +78,19 @@ def external_chat_completion(*, run: Run, body: dict[str, Any], trajectory_key: 
     stream = bool(body.get("stream"))
     options = body.get("stream_options")
     include_usage = stream and isinstance(options, dict) and bool(options.get("include_usage"))
-    forwarded = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+    forwarded = {k: stored_order(v) if k in ("messages", "tools") else v
+                 for k, v in body.items() if k not in ("stream", "stream_options")}
     forwarded.setdefault("model", model)
     forwarded.update(logprobs=True, return_token_ids=True)
+    # The trainer scores the sampled tokens at the run's temperature: a sample drawn at another one would train
+    # with the wrong log-probs. Left out, it is the run's; a different one is refused.
+    temperature = float((run.config.get("sampling") or {}).get("temperature", 1.0))
+    if forwarded.get("temperature") is None:
+        forwarded["temperature"] = temperature
+    elif not isinstance(forwarded["temperature"], (int, float)) or abs(forwarded["temperature"] - temperature) > 1e-6:
+        return Upstream(400, json.dumps({"detail": f"this run samples at temperature {temperature:g} (its "
+                                         f"sampling.temperature, which training assumes): leave `temperature` "
+                                         f"out or send {temperature:g}"}).encode(), "application/json")
     try:
         response = _upstream_client().post(f"{base_url}/chat/completions", json=forwarded,
                                            timeout=settings.STUDIO_EXTERNAL_UPSTREAM_TIMEOUT_S)
