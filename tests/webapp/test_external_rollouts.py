@@ -351,6 +351,8 @@ def test_the_endpoint_answers_409_before_the_run_serves_and_passes_the_servers_e
     unknown = httpx.post(url, headers=headers, json={**body, "model": "no-such-adapter"})
     assert unknown.status_code == 404 and "no-such-adapter" in unknown.text  # the server's own answer
     assert httpx.post(url, headers=headers, content=b"{not json").status_code == 400
+    hotter = httpx.post(url, headers=headers, json={**body, "temperature": 0.25})  # training assumes the run's
+    assert hotter.status_code == 400 and "temperature 1" in hotter.json()["detail"]
     assert httpx.post(url, headers={**headers, "X-Trajectory-Id": "bad id!"}, json=body).status_code == 400
     with pytest.MonkeyPatch.context() as patch:
         from django.conf import settings
