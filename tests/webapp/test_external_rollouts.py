@@ -550,3 +550,20 @@ def test_a_browser_session_cannot_be_made_to_sample_or_submit_from_another_site(
         response = browser.post(path, {"messages": []}, content_type="application/json")
         assert response.status_code == 403 and "CSRF" in response.json()["detail"], path
     assert browser.get(f"/api/runs/{run.id}/rollouts/").status_code == 200  # reading needs no CSRF token
+
+
+def test_an_external_agents_checkpoints_are_not_offered_an_evaluation_the_worker_cannot_run(client):
+    from django.core.exceptions import ValidationError
+
+    from webapp.models import Checkpoint
+    from webapp.services.monitoring import run_evaluate
+
+    run = external_run(status=RunStatus.COMPLETED,
+                       overrides={"evaluation": {"held_out_fraction": 0.5, "every": 1}})
+    checkpoint = Checkpoint.objects.create(run=run, step_index=1, path="unused", adapter_name="r@1")
+    with pytest.raises(ValidationError, match="runs in your process"):
+        run_evaluate(user=run.project.owner, run=run, checkpoint=checkpoint)
+    client.force_login(run.project.owner)
+    page = client.get(f"/runs/{run.id}/").content.decode()
+    assert "evaluate now" not in page and "No held-out evaluation: the agent" in page
+    assert "evaluate now" not in client.get(f"/runs/{run.id}/checkpoint-table/").content.decode()

@@ -35,6 +35,9 @@ def run_evaluate(*, user, run: Run, checkpoint: Checkpoint) -> None:
     require_role(user=user, project=run.project, role=Role.EDITOR)
     if checkpoint.run_id != run.id:
         raise ValidationError({"checkpoint": ["that checkpoint is not this run's"]})
+    if (run.config.get("environment") or {}).get("kind") == "external":
+        raise ValidationError({"checkpoint": ["an agent in your own code is not evaluated here: its code, which "
+                                              "would roll out the held-out scenarios, runs in your process"]})
     evaluation = run.config.get("evaluation") or {}
     if not (evaluation.get("held_out_ids") or evaluation.get("held_out_fraction")):
         raise ValidationError({"checkpoint": ["this run holds out no scenarios: mark some of its scenario set's "
