@@ -23,6 +23,7 @@ import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -268,16 +269,22 @@ def sse_chunks(completion: dict[str, Any], *, include_usage: bool) -> bytes:
     return "".join(f"data: {json.dumps(c)}\n\n" for c in chunks).encode() + b"data: [DONE]\n\n"
 
 
+WILDCARDS = ("0.0.0.0", "::", "")
+
+
 def serve_http(server: Any, host: str) -> tuple[str, Any]:
     """(base URL, stop) of the server's OpenAI-compatible HTTP endpoint: its own for a server behind HTTP; for an
     in-process engine, a front of the local server's handler on `host` (a wildcard host is announced by name)."""
     if not str(server.base_url).startswith("inprocess:"):
-        return server.base_url, lambda: None
+        url = urlsplit(server.base_url)
+        if url.hostname in WILDCARDS:  # listening everywhere: reached by this machine's name
+            url = url._replace(netloc=f"{socket.gethostname()}:{url.port}")
+        return urlunsplit(url), lambda: None
     from training.servers.local import Server, make_handler
 
     front = Server((host, 0), make_handler(server.engine))
     threading.Thread(target=front.serve_forever, daemon=True, name="external-endpoint").start()
-    name = socket.gethostname() if host in ("0.0.0.0", "::", "") else host
+    name = socket.gethostname() if host in WILDCARDS else host
 
     def stop() -> None:
         front.shutdown()

@@ -268,3 +268,8 @@ STUDIO_ENGINE = env_str("STUDIO_ENGINE", "training.loop:train")
 # request and again by the worker before it starts the engine; "worker" only there, where the web process cannot
 # see the workers' models (docker/compose.yml); "off" not at all.
 STUDIO_MODEL_CHECK = env_choice("STUDIO_MODEL_CHECK", "launch", ("launch", "worker", "off"))
+# The address a worker's inference servers listen on for external rollouts (an agent in the user's own code reaches
+# its run's server through the web app, which forwards to it): empty keeps the run's `server.host` (127.0.0.1, for
+# a web process on the same machine); with web and workers apart, 0.0.0.0, and the worker's host name resolvable
+# from the web process (docker/compose.yml). The server has no authentication of its own: keep it off the internet.
+STUDIO_ENGINE_HOST = env_str("STUDIO_ENGINE_HOST", "")

@@ -238,3 +238,14 @@ def test_a_cancel_while_waiting_for_groups_ends_the_run_without_training_the_ste
 def test_an_external_agent_without_an_inbox_is_refused_with_a_clear_error(tiny_model_dir, tmp_path):
     with pytest.raises(TrainingError, match="submitted through Rubric Studio's web app"):
         asyncio.run(train(small_config(tiny_model_dir, tmp_path, environment=EXTERNAL)))
+
+
+def test_a_server_listening_everywhere_is_announced_by_the_machines_name():
+    import socket
+    from types import SimpleNamespace
+
+    from training.external import serve_http
+
+    url, stop = serve_http(SimpleNamespace(base_url="http://0.0.0.0:8123/v1"), "0.0.0.0")
+    assert url == f"http://{socket.gethostname()}:8123/v1"
+    assert serve_http(SimpleNamespace(base_url="http://10.0.0.5:8123/v1"), "10.0.0.5")[0] == "http://10.0.0.5:8123/v1"

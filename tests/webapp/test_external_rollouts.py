@@ -567,3 +567,15 @@ def test_an_external_agents_checkpoints_are_not_offered_an_evaluation_the_worker
     page = client.get(f"/runs/{run.id}/").content.decode()
     assert "evaluate now" not in page and "No held-out evaluation: the agent" in page
     assert "evaluate now" not in client.get(f"/runs/{run.id}/checkpoint-table/").content.decode()
+
+
+def test_a_worker_with_an_engine_host_starts_an_external_agents_server_there_and_leaves_the_run_as_frozen(settings):
+    from webapp.execution.runner import _engine_config
+
+    run, other = external_run(), run_factory()
+    assert _engine_config(run.config)["server"].get("host", "127.0.0.1") == "127.0.0.1"  # unset: the run's own
+    settings.STUDIO_ENGINE_HOST = "0.0.0.0"
+    assert _engine_config(run.config)["server"]["host"] == "0.0.0.0"
+    assert _engine_config(other.config) is other.config  # only external agents are reached from the web app
+    run.refresh_from_db()
+    assert run.config["server"].get("host", "127.0.0.1") == "127.0.0.1"

@@ -108,6 +108,14 @@ def start_problems(config: dict, env: dict[str, str]) -> list[str]:
     return problems
 
 
+def _engine_config(config: dict) -> dict:
+    """The run's config as this worker starts it: an external agent's inference server listens where the web
+    process can reach it (STUDIO_ENGINE_HOST), which is where this worker is, not what the run is."""
+    if settings.STUDIO_ENGINE_HOST and (config.get("environment") or {}).get("kind") == "external":
+        return {**config, "server": {**(config.get("server") or {}), "host": settings.STUDIO_ENGINE_HOST}}
+    return config
+
+
 def run_execute(*, run_id: int, worker: str) -> str:
     """Returns what happened: "skipped" when another worker owns the run (or it is no longer queued)."""
     if not run_claim(run_id=run_id, worker=worker):
@@ -129,7 +137,7 @@ def run_execute(*, run_id: int, worker: str) -> str:
     out_dir = Path(run.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     log_path = out_dir / "engine.log"
-    spec = {"config": run.config, "engine": settings.STUDIO_ENGINE}
+    spec = {"config": _engine_config(run.config), "engine": settings.STUDIO_ENGINE}
     processes = TrainerConfig.model_validate(run.config.get("trainer") or {}).launch_processes()
     with open(log_path, "ab") as log_file:
         if processes == 1:
