@@ -579,3 +579,23 @@ def test_a_worker_with_an_engine_host_starts_an_external_agents_server_there_and
     assert _engine_config(other.config) is other.config  # only external agents are reached from the web app
     run.refresh_from_db()
     assert run.config["server"].get("host", "127.0.0.1") == "127.0.0.1"
+
+
+def test_an_earlier_steps_checkpoint_is_served_by_its_name_and_an_unknown_name_is_the_servers_404(
+        inference_server, live_server, tiny_model_dir, tmp_path):
+    from training.config import GRPOConfig, LoraConfig
+    from training.trainer import Trainer
+    from webapp.models import Checkpoint
+
+    run = external_run()
+    open_step(run, step=3, model="tiny@0", base_url=inference_server)
+    Trainer(str(tiny_model_dir), LoraConfig(), GRPOConfig(), seed=0).save(tmp_path / "step-1", {"step": 1})
+    name = f"{run.config['name']}@1"
+    Checkpoint.objects.create(run=run, step_index=1, path=str(tmp_path / "step-1"), adapter_name=name)
+    headers = {"Authorization": f"Token {Token.objects.create(user=run.project.owner).key}"}
+    url = f"{live_server.url}/api/runs/{run.id}/openai/v1/chat/completions"
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    for _ in range(2):  # loaded by the first request, served as it is by the second
+        answer = httpx.post(url, headers=headers, json={**body, "model": name}, timeout=60)
+        assert answer.status_code == 200 and answer.json()["model"] == name, answer.text
+    assert httpx.post(url, headers=headers, json={**body, "model": f"{run.config['name']}@7"}).status_code == 404

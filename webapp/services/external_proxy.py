@@ -63,6 +63,24 @@ def stored_order(value: Any) -> Any:
     return value
 
 
+def _serve_checkpoint(run: Run, base_url: str, name: str) -> None:
+    """An earlier step's adapter, asked for by its name (`<run>@<step>`): loaded into the run's server from the
+    checkpoint the worker wrote, unless it is served already. Any other name goes on to the server, whose own 404
+    answers it. Its answers train nothing: a group must be sampled with its step's adapter."""
+    checkpoint = run.checkpoints.filter(adapter_name=name).first()
+    if checkpoint is None:
+        return
+    http, timeout = _upstream_client(), settings.STUDIO_EXTERNAL_UPSTREAM_TIMEOUT_S
+    try:
+        listed = http.get(f"{base_url}/models", timeout=timeout)
+        if listed.status_code == 200 and name in {m.get("id") for m in listed.json().get("data") or []}:
+            return
+        http.post(f"{base_url}/load_lora_adapter", json={"lora_name": name, "lora_path": checkpoint.path},
+                  timeout=timeout)
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return  # the forwarded request says what is wrong
+
+
 def external_models(*, run: Run) -> Upstream:
     base_url, _ = _base_url(run)
     try:
@@ -81,6 +99,8 @@ def external_chat_completion(*, run: Run, body: dict[str, Any], trajectory_key: 
     forwarded = {k: stored_order(v) if k in ("messages", "tools") else v
                  for k, v in body.items() if k not in ("stream", "stream_options")}
     forwarded.setdefault("model", model)
+    if forwarded["model"] != model:
+        _serve_checkpoint(run, base_url, str(forwarded["model"]))
     forwarded.update(logprobs=True, return_token_ids=True)
     # The trainer scores the sampled tokens at the run's temperature: a sample drawn at another one would train
     # with the wrong log-probs. Left out, it is the run's; a different one is refused.
