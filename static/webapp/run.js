@@ -202,7 +202,7 @@
   }
 
   const headerKinds = new Set(["status", "run_started", "run_finished", "run_failed", "review_requested",
-                               "review_applied", "step_finished"]);
+                               "review_applied", "step_finished", "events_summarized"]);
 
   function onMessage(message) {
     if (message.seq <= lastSeq) return;

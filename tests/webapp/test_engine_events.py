@@ -6,6 +6,8 @@ import json
 import os
 import threading
 
+import pytest
+
 from training.events import GroupRolledOut, GroupScored, StepFinished
 from webapp.execution.engine_child import EventWriter
 
@@ -60,3 +62,18 @@ def test_with_a_parent_that_keeps_up_every_event_arrives_as_emitted():
     writer.close()
     reader.join(timeout=30)
     assert received == [e.to_dict() for e in emitted]
+
+
+@pytest.mark.django_db
+def test_the_run_page_says_how_many_progress_updates_the_engine_left_out(client):
+    from tests.webapp.factories import run_factory
+    from webapp.live.ingest import run_event_ingest
+
+    run = run_factory()
+    client.force_login(run.project.owner)
+    assert "events-summarized" not in client.get(f"/runs/{run.id}/").content.decode()
+    for left_out in (3, 4):
+        run_event_ingest(run_id=run.id, event={"kind": "events_summarized", "max_pending": 64,
+                                               "left_out": {"group_rolled_out": left_out}})
+    header = client.get(f"/runs/{run.id}/header/").content.decode()
+    assert 'id="events-summarized"' in header and "so 7 progress updates" in header

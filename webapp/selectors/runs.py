@@ -21,6 +21,13 @@ def runs_for_project(*, project: Project, search: str = "") -> QuerySet[Run]:
             .order_by("-created_at", "-id"))
 
 
+def run_events_summarized(*, run: Run) -> int:
+    """How many progress events the engine left out over the run, its writer being ahead of this side's
+    recording (webapp/execution/engine_child.py): the pages' rows come from the events it always keeps."""
+    return sum(sum(int(v) for v in (e.payload.get("left_out") or {}).values())
+               for e in RunEvent.objects.filter(run=run, kind="events_summarized").only("payload"))
+
+
 def run_events_after(*, run_id: int, after: int, limit: int = 5000) -> list[dict[str, Any]]:
     events = RunEvent.objects.filter(run_id=run_id, seq__gt=after).order_by("seq")[:limit]
     return [e.as_message() for e in events]

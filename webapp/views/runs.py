@@ -64,7 +64,8 @@ def _run_context(request: HttpRequest, run) -> dict:
     role = access.project_role(user=request.user, project=run.project)
     return {"run": run, "project": run.project, "can_control": role == Role.EDITOR,
             "can_review": role in (Role.REVIEWER, Role.EDITOR), "cost": run_selectors.run_judge_cost(run=run),
-            "last_checkpoint": run.checkpoints.order_by("-step_index").first(), "is_external": is_external(run)}
+            "last_checkpoint": run.checkpoints.order_by("-step_index").first(), "is_external": is_external(run),
+            "events_summarized": run_selectors.run_events_summarized(run=run)}
 
 
 @login_required
