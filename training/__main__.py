@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--out", default=None, help="default: var/demo (2048), var/demo-mailbox (mailbox)")
     demo.add_argument("--model-dir", default=None, help="built first if missing; default: var/tiny-model "
                       "(2048), var/tiny-mailbox-model (mailbox)")
-    demo.add_argument("--seed", type=int, default=0, help="the run's seed")
+    demo.add_argument("--seed", type=int, default=0, help="the mailbox run's seed")
     evaluate = sub.add_parser("evaluate", help="held-out evaluation of a checkpoint against the base model")
     evaluate.add_argument("--config", required=True, help="a run config with an `evaluation` section")
     evaluate.add_argument("--checkpoint", help="a checkpoint directory (default: the base against itself)")
