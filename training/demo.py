@@ -30,3 +30,37 @@ def demo_config(*, out_dir: str | Path, steps: int = 30, model_dir: str | Path =
         "output_dir": str(out_dir),
         "seed": 0,
     })
+
+
+DEFAULT_MAILBOX_MODEL_DIR = Path("var/tiny-mailbox-model")
+
+
+def mailbox_demo_config(*, out_dir: str | Path, steps: int = 20, model_dir: str | Path = DEFAULT_MAILBOX_MODEL_DIR,
+                        name: str = "demo-mailbox", seed: int = 0, python: str | None = None,
+                        eval_every: int = 5, eval_samples: int = 4) -> RunConfig:
+    """The mailbox demo: the tiny mailbox model uses the example mailbox server over stdio, trained on the
+    verifiable `reference` reward of the 24 train scenarios, evaluated against the base on the 6 held-out ones."""
+    import sys
+
+    from training.environments.mailbox_server.mailbox import generate, scenario_records
+    from training.tiny_mailbox_model import MAILBOX_SYSTEM_PROMPT, SERVED_SEED
+
+    scenarios = scenario_records(generate(SERVED_SEED)[1])
+    server = {"transport": "stdio", "command": python or sys.executable,
+              "args": ["-m", "training.environments.mailbox_server", "--seed", str(SERVED_SEED)]}
+    return RunConfig.model_validate({
+        "name": name,
+        "base_model": str(model_dir),
+        "system_prompt": MAILBOX_SYSTEM_PROMPT,
+        "scenarios": scenarios,
+        "environment": {"kind": "mcp", "options": {"server": server, "max_turns": 4, "reward": "reference"}},
+        "sampling": {"temperature": 1.0, "max_tokens": 48},
+        "grpo": {"group_size": 6, "groups_per_step": 4, "learning_rate": 2e-3, "micro_batch_size": 8,
+                 "max_grad_norm": 1.0},
+        "lora": {"r": 8, "alpha": 16},
+        "evaluation": {"held_out_ids": [s["id"] for s in scenarios if s["metadata"]["split"] == "held_out"],
+                       "every": eval_every, "samples": eval_samples},
+        "steps": steps,
+        "output_dir": str(out_dir),
+        "seed": seed,
+    })

@@ -41,11 +41,13 @@ def pad_batch(rows: list[tuple[list[int], list[int]]], pad_id: int | None):
     return input_ids, loss_mask, attention
 
 
-def sft_train(model: Any, tokenizer: Any, conversations: list[list[dict]], config: SFTConfig) -> list[float]:
-    """Trains `model` in place; returns the loss per step."""
+def sft_train(model: Any, tokenizer: Any, conversations: list[list[dict]], config: SFTConfig,
+              tools: list[dict] | None = None) -> list[float]:
+    """Trains `model` in place; returns the loss per step. `tools` (OpenAI format) are declared in every
+    conversation's prompt, as an agent with tools sees them."""
     import torch
 
-    rows = [encode_conversation(tokenizer, c) for c in conversations]
+    rows = [encode_conversation(tokenizer, c, tools) for c in conversations]
     rows = [(ids[: config.max_length], mask[: config.max_length]) for ids, mask in rows]
     rng = random.Random(config.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate)

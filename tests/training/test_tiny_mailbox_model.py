@@ -1,0 +1,90 @@
+"""The tiny model's mailbox variant: built offline, a whole episode fits, and it runs the real mailbox server."""
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from openai import AsyncOpenAI
+
+from training.chat_format import encode_conversation
+from training.config import SamplingConfig, ServerConfig
+from training.environments import RolloutConfig, get_environment, parse_options
+from training.environments.mailbox_server.mailbox import Mailbox, generate, scenario_records
+from training.servers import start_server
+from training.tiny_mailbox_model import (MAILBOX_SYSTEM_PROMPT, episode, ensure_tiny_mailbox_model,
+                                         held_out_projects, mailbox_tools, warmup_episodes)
+from training.types import Scenario
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def mailbox_model_dir() -> Path:
+    """Built once and cached under var/ (rebuilt when its recipe changes)."""
+    return ensure_tiny_mailbox_model(REPO / "var" / "test-cache" / "tiny-mailbox-model")
+
+
+def test_the_warm_up_never_shows_a_held_out_task_its_project_or_its_email():
+    emails, scenarios = generate(0)
+    held = [s for s in scenarios if s.split == "held_out"]
+    projects = held_out_projects()
+    assert len(held) == 6 and len(projects) == 6
+    text = json.dumps(warmup_episodes(seeds=range(1, 4)))
+    for s in held:
+        assert s.question not in text
+        assert next(e for e in emails if e.id == s.source_ids[0]).body not in text
+    assert not [p for p in projects if p in text]
+    train = [s for s in scenarios if s.split == "train" and not any(p in s.question for p in projects)]
+    assert train and all(s.question in text for s in train)
+
+
+def test_a_warm_up_episode_is_what_the_server_answers():
+    emails, scenarios = generate(0)
+    ep = episode(scenarios[0], Mailbox(emails))
+    (hit,) = json.loads(ep[3]["content"])  # project + topic word find the fact email alone
+    assert hit["id"] == scenarios[0].source_ids[0] == json.loads(ep[5]["content"])["id"]
+    answer = json.loads(ep[6]["tool_calls"][0]["function"]["arguments"])
+    assert answer == {"text": scenarios[0].answer, "sources": scenarios[0].source_ids}
+
+
+def test_the_variant_builds_and_a_whole_episode_fits_its_context(mailbox_model_dir):
+    from transformers import AutoConfig, AutoTokenizer
+
+    from training.tiny_model import build_tokenizer as tiny_tokenizer
+
+    config = AutoConfig.from_pretrained(mailbox_model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(mailbox_model_dir)
+    assert (config.num_hidden_layers, config.hidden_size, config.max_position_embeddings) == (4, 128, 4096)
+    tools = mailbox_tools()
+    assert [t["function"]["name"] for t in tools] == ["search_inbox", "read_email", "answer"]
+    emails, scenarios = generate(0)
+    longest = max(len(encode_conversation(tokenizer, episode(s, Mailbox(emails)), tools)[0]) for s in scenarios)
+    assert longest < config.max_position_embeddings // 2  # room for a few wrong turns too
+    # The 2048 model's tokenizer needs more than its whole 1024-token context for the tools alone.
+    assert len(tiny_tokenizer(["plain text"])(json.dumps(tools))["input_ids"]) > 1024
+
+
+def test_one_mailbox_rollout_on_the_variant_calls_the_real_server_over_stdio(mailbox_model_dir, tmp_path):
+    record = next(r for r in scenario_records(generate(0)[1]) if r["metadata"]["split"] == "held_out")
+    scenario = Scenario(**record)
+    env = get_environment("mcp")
+    options = parse_options(env, {"server": {"transport": "stdio", "command": sys.executable,
+                                             "args": ["-m", "training.environments.mailbox_server"]},
+                                  "max_turns": 3, "reward": "reference"})
+    config = RolloutConfig(MAILBOX_SYSTEM_PROMPT, SamplingConfig(temperature=0.0, max_tokens=48), options)
+    with start_server(ServerConfig(), str(mailbox_model_dir), tmp_path / "server.log") as server:
+        async def go():
+            client = AsyncOpenAI(base_url=server.base_url, api_key="unused")
+            return await env.rollout(client, server.model_name, scenario, config)
+
+        trajectory = asyncio.run(go())
+    assert trajectory.error is None
+    calls = [c["function"]["name"] for m in trajectory.messages if m["role"] == "assistant"
+             for c in m.get("tool_calls") or []]
+    assert calls and calls[0] == "search_inbox"
+    results = [m for m in trajectory.messages if m["role"] == "tool"]
+    assert results and results[0]["content"].startswith("[")  # the server's search results (JSON list)
+    assert 0.0 <= trajectory.env_reward <= 1.0
