@@ -140,6 +140,7 @@ class ExternalRollouts:
             if self.options.on_missing == "fail":
                 for task in pending:
                     task.cancel()
+                await asyncio.gather(*pending, return_exceptions=True)  # none left running behind the error
                 raise TrainingError(f"step {step}: no group came for group(s) {', '.join(map(str, missing))} "
                                     f"within {self.options.group_timeout_s:g} s (on_missing: fail)")
             reason = f"no group was submitted within {self.options.group_timeout_s:g} s"
