@@ -22,42 +22,16 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from training.environments import register
-from training.environments.base import Environment, RolloutConfig
+from training.environments.external import ExternalOptions
 from training.errors import TrainingError
 from training.events import RolloutsClosed, RolloutsWanted
 from training.types import Message, Scenario, Trajectory, TrajectoryGroup
 
-
-class ExternalOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    group_timeout_s: float = Field(600.0, gt=0, le=7 * 24 * 3600, description="How long a step waits for its "
-                                   "groups, from the moment it asks for them (paused time not counted).")
-    on_missing: Literal["skip", "fail"] = Field("skip", description="skip: a group that did not come counts as "
-                                                "failed rollouts and the step trains on the groups that came "
-                                                "(within max_rollout_failures); fail: the run fails.")
-    allow_unsampled: bool = Field(False, description="Accept assistant turns the model never sampled through "
-                                  "the run's endpoint; they train on a re-tokenisation of their text.")
-
-
-@register("external")
-class ExternalEnvironment(Environment):
-    """An agent in the user's own code: it never rolls out here (see ExternalRollouts)."""
-
-    Options = ExternalOptions
-
-    async def rollout(self, client: Any, model: str, scenario: Scenario, config: RolloutConfig) -> Trajectory:
-        raise TrainingError("an external agent rolls out in its own process: its trajectories come through the "
-                            "run's endpoint and are submitted as groups (docs/your-agent.md)")
-
-    @classmethod
-    def has_own_reward(cls, options: dict[str, Any]) -> bool | None:
-        return None  # the client may send rewards of its own, or leave them to the judge
+__all__ = ["ExternalOptions", "ExternalRollouts", "Inbox", "StaleModel", "UnsampledTurn", "assemble_trajectory",
+           "serve_http", "sse_chunks"]
 
 
 class Inbox:

@@ -23,8 +23,7 @@ def register(name: str) -> Callable[[type[Environment]], type[Environment]]:
 
 
 def _load_builtins() -> None:
-    from training import external  # noqa: F401 - an agent in the user's own code (external rollouts)
-    from training.environments import chat, game_2048, mcp, tools  # noqa: F401 - they register themselves
+    from training.environments import chat, external, game_2048, mcp, tools  # noqa: F401 - they register themselves
 
 
 def get_environment(name: str) -> Environment:

@@ -67,7 +67,7 @@ def _external_options(options: dict[str, Any]) -> dict[str, Any]:
     with their defaults filled in so the agent's page shows them."""
     from pydantic import ValidationError as OptionsError
 
-    from training.external import ExternalOptions
+    from training.environments.external import ExternalOptions
 
     try:
         return ExternalOptions.model_validate(options).model_dump(mode="json")
