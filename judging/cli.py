@@ -132,8 +132,11 @@ def _cache_text(acct: dict[str, Any]) -> str:
     if acct["cacheable_share"] is None:
         return ""
     text = f", cacheable prefix {acct['cacheable_share']:.0%}, provider-cached {acct['cached_tokens']} tokens"
-    if acct["uncached_cost_usd"] is not None and acct["cost_usd"] is not None and acct["cached_tokens"]:
-        text += f" (${acct['uncached_cost_usd']:.4f} without the cached-token price)"
+    if acct["cache_write_tokens"]:
+        text += f", {acct['cache_write_tokens']} written to the cache"
+    if acct["uncached_cost_usd"] is not None and acct["cost_usd"] is not None and (
+            acct["cached_tokens"] or acct["cache_write_tokens"]):
+        text += f" (${acct['uncached_cost_usd']:.4f} at the plain input price)"
     return text
 
 

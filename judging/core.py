@@ -131,7 +131,8 @@ async def _judge_pass(*, pass_index: int, order: list[int], distinct: list[list[
                          prompt_tokens=raw.prompt_tokens, completion_tokens=raw.completion_tokens,
                          cost_usd=raw.cost_usd, latency_s=raw.latency_s, transport_retries=raw.transport_retries,
                          prefix_tokens=raw.prefix_tokens, counted_tokens=raw.counted_tokens,
-                         cached_tokens=raw.cached_tokens, uncached_cost_usd=raw.uncached_cost_usd,
+                         cached_tokens=raw.cached_tokens, cache_write_tokens=raw.cache_write_tokens,
+                         uncached_cost_usd=raw.uncached_cost_usd,
                          raw_reply=raw.content)
         calls.append(call)
         try:

@@ -53,6 +53,7 @@ class RawReply:
     prefix_tokens: int | None = None
     counted_tokens: int | None = None
     cached_tokens: int | None = None
+    cache_write_tokens: int | None = None
     uncached_cost_usd: float | None = None
 
 
@@ -152,6 +153,13 @@ def _cached_tokens(usage: Any) -> int | None:
     return int(cached) if cached is not None else None
 
 
+def _cache_write_tokens(usage: Any) -> int | None:
+    """Prompt tokens the provider wrote to its cache (Anthropic's cache_creation_input_tokens, billed above the
+    plain input price); None when the reply says nothing about cache writes (OpenAI never does)."""
+    written = getattr(usage, "cache_creation_input_tokens", None)
+    return int(written) if written is not None else None
+
+
 def _uncached_cost(litellm: Any, response: Any, cost: float | None) -> float | None:
     """What the reply would have cost with every prompt token at the full input price (no cache read discount,
     no cache write premium): litellm's price of the same reply with the cache details taken out."""
@@ -209,5 +217,6 @@ async def call_judge(*, model: str, messages: list[dict[str, Any]], response_for
             prefix_tokens=prefix_tokens,
             counted_tokens=counted_tokens,
             cached_tokens=_cached_tokens(usage),
+            cache_write_tokens=_cache_write_tokens(usage),
             uncached_cost_usd=_uncached_cost(litellm, response, cost),
         )

@@ -87,8 +87,12 @@ class JudgeCall(_Strict):
                                        "message): `prefix_tokens / counted_tokens` is the cacheable share.")
     cached_tokens: int | None = Field(None, description="Prompt tokens the provider reported as read from its prompt "
                                       "cache (billed at the cached-token price); None when it reported nothing.")
+    cache_write_tokens: int | None = Field(None, description="Prompt tokens the provider reported as written to its "
+                                           "prompt cache (Anthropic bills them above the input price); None when it "
+                                           "reported nothing.")
     uncached_cost_usd: float | None = Field(None, description="What the call would have cost with every prompt "
-                                            "token at the full input price; equals `cost_usd` without cache reads.")
+                                            "token at the full input price (no cache-read discount, no cache-write "
+                                            "premium); equals `cost_usd` when the cache was neither read nor written.")
     raw_reply: str | None = None
     rejected: str | None = Field(None, description="Why this reply was rejected (a corrective retry followed).")
     cache_hit: bool = False
@@ -145,4 +149,5 @@ def prompt_cache_summary(calls: list[JudgeCall]) -> dict[str, Any]:
     uncached = [c.uncached_cost_usd for c in calls]
     return {"cacheable_share": prefix / total if total else None,
             "cached_tokens": sum(c.cached_tokens or 0 for c in calls),
+            "cache_write_tokens": sum(c.cache_write_tokens or 0 for c in calls),
             "uncached_cost_usd": None if not calls or None in uncached else sum(u or 0.0 for u in uncached)}

@@ -109,6 +109,7 @@ class JudgeDouble:
         latency_s: float = 0.0,
         usage: tuple[int, int] = (120, 30),
         cached_tokens: int = 0,
+        cache_write_tokens: int = 0,
     ) -> None:
         self.requests: list[RecordedRequest] = []
         self.responder = responder
@@ -117,6 +118,9 @@ class JudgeDouble:
         # Of the prompt tokens, how many the reply says were read from the provider's prompt cache
         # (OpenAI: usage.prompt_tokens_details.cached_tokens; Anthropic: usage.cache_read_input_tokens).
         self.cached_tokens = cached_tokens
+        # ... and how many it says were written to that cache (Anthropic: usage.cache_creation_input_tokens,
+        # billed above the plain input price; OpenAI has no such field)
+        self.cache_write_tokens = cache_write_tokens
         self._queue: list[Reply] = list(replies or [])
         self.in_flight = 0
         self.max_in_flight = 0  # the most requests the double was serving at once
@@ -313,8 +317,9 @@ class JudgeDouble:
         return {"id": f"msg_double_{len(self.requests)}", "type": "message", "role": "assistant",
                 "model": body.get("model", "judge"), "content": [block],
                 "stop_reason": "tool_use" if block["type"] == "tool_use" else "end_turn", "stop_sequence": None,
-                "usage": {"input_tokens": prompt_tokens - self.cached_tokens, "output_tokens": completion_tokens,
-                          "cache_read_input_tokens": self.cached_tokens, "cache_creation_input_tokens": 0}}
+                "usage": {"input_tokens": prompt_tokens - self.cached_tokens - self.cache_write_tokens,
+                          "output_tokens": completion_tokens, "cache_read_input_tokens": self.cached_tokens,
+                          "cache_creation_input_tokens": self.cache_write_tokens}}
 
 
 @pytest.fixture

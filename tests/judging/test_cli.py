@@ -126,6 +126,6 @@ def test_the_cli_reports_the_cacheable_prefix_and_the_cost_without_the_cached_pr
     total = proc.stdout.strip().splitlines()[-1]
     assert total.startswith("== total: 2 groups, 2 request(s), tokens 4000+200, cost $")
     assert "cacheable prefix " in total and "provider-cached 2048 tokens" in total
-    assert "without the cached-token price" in total
+    assert "at the plain input price" in total and "written to the cache" not in total
     share = int(total.split("cacheable prefix ")[1].split("%")[0])
     assert 20 < share < 100

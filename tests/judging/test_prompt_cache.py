@@ -87,3 +87,16 @@ async def test_a_judge_that_reports_no_cache_use_costs_the_same_either_way(rule_
     call = judgement.calls[0]
     assert not call.cached_tokens
     assert call.cost_usd is not None and call.uncached_cost_usd == pytest.approx(call.cost_usd)
+
+
+async def test_cache_writes_reported_by_a_claude_judge_are_recorded_and_priced_above_plain_input(
+        rule_double: JudgeDouble) -> None:
+    rule_double.usage, rule_double.cache_write_tokens = (3000, 80), 1800
+    judgement = await judging.score_group([trajectory(0.2), trajectory(0.7)], judge_model=CLAUDE,
+                                          extra_litellm_params={"api_base": rule_double.url, "api_key": "test"})
+
+    call = judgement.calls[0]
+    info = litellm.get_model_info(CLAUDE)
+    assert (call.prompt_tokens, call.cache_write_tokens) == (3000, 1800)
+    assert call.cost_usd - call.uncached_cost_usd == pytest.approx(  # type: ignore[operator]
+        1800 * (info["cache_creation_input_token_cost"] - info["input_cost_per_token"]))

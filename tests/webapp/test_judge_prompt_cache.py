@@ -33,17 +33,18 @@ def _judged_run(*calls: dict):
 
 
 def test_the_run_reports_its_cacheable_prompt_share_and_its_cost_with_and_without_cached_tokens(client):
-    # the first call writes the provider's cache, the second reads 1024 of its prompt tokens from it; the third
-    # came from our own judge cache (not sent: counted nowhere)
+    # the first call writes 1024 tokens to the provider's cache (billed above the input price), the second reads
+    # them from it; the third came from our own judge cache (not sent: counted nowhere)
     call = {"prompt_tokens": 2000, "prefix_tokens": 1200, "counted_tokens": 2000, "uncached_cost_usd": 0.0040}
-    project, run = _judged_run({**call, "cost_usd": 0.0040},
+    project, run = _judged_run({**call, "cost_usd": 0.0043, "cache_write_tokens": 1024},
                                {**call, "cost_usd": 0.0025, "cached_tokens": 1024},
                                {**call, "cost_usd": 0.0025, "cached_tokens": 1024, "cache_hit": True})
 
     cost = run_judge_cost(run=run)
     assert cost["calls"] == 2 and cost["cacheable_share"] == pytest.approx(0.6)
     assert cost["cached_tokens"] == 1024 and cost["cached_share"] == pytest.approx(1024 / 4000)
-    assert cost["cost_usd"] == pytest.approx(0.0065) and cost["uncached_cost_usd"] == pytest.approx(0.0080)
+    assert cost["cache_write_tokens"] == 1024
+    assert cost["cost_usd"] == pytest.approx(0.0068) and cost["uncached_cost_usd"] == pytest.approx(0.0080)
     api = APIClient()
     api.force_authenticate(project.owner)
     assert api.get(f"/api/runs/{run.id}/").json()["judge_cost"] == pytest.approx(cost)
@@ -52,7 +53,8 @@ def test_the_run_reports_its_cacheable_prompt_share_and_its_cost_with_and_withou
     line = page.split('id="judge-prompt-cache">')[1].split("</span>")[0]
     assert "60% of the judge's input tokens are the run's constant prefix" in line
     assert "served 1024 tokens (26%) from its cache" in line
-    assert "billed $0.0065 with the cached-token price, $0.0080 without" in line
+    assert "served 1024 tokens (26%) from its cache and wrote 1024 tokens to it" in line
+    assert "billed $0.0068 with the cache's prices (reads cheaper, writes dearer), $0.0080 at the plain input" in line
 
 
 def test_calls_recorded_without_a_prefix_count_show_no_cache_line_and_no_made_up_saving(client):

@@ -222,7 +222,7 @@ def _on_judge_usage(run: Run, e: dict[str, Any]) -> dict[str, Any]:
                   cost_usd=0.0 if c.get("cache_hit") else _num(c.get("cost_usd")),
                   uncached_cost_usd=0.0 if c.get("cache_hit") else _num(c.get("uncached_cost_usd")),
                   prefix_tokens=_count(c.get("prefix_tokens")), counted_tokens=_count(c.get("counted_tokens")),
-                  cached_tokens=_count(c.get("cached_tokens")),
+                  cached_tokens=_count(c.get("cached_tokens")), cache_write_tokens=_count(c.get("cache_write_tokens")),
                   latency_s=_num(c.get("latency_s")), cached=bool(c.get("cache_hit")),
                   raw_reply=str(c.get("raw_reply") or "")[:100_000])
         for c in calls)

@@ -201,6 +201,7 @@ class JudgeCall(models.Model):
     prefix_tokens = models.PositiveIntegerField(null=True, blank=True)
     counted_tokens = models.PositiveIntegerField(null=True, blank=True)
     cached_tokens = models.PositiveIntegerField(null=True, blank=True)
+    cache_write_tokens = models.PositiveIntegerField(null=True, blank=True)  # billed above the input price
     uncached_cost_usd = models.FloatField(null=True, blank=True)
     latency_s = models.FloatField(null=True, blank=True)
     cached = models.BooleanField(default=False)

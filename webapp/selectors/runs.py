@@ -106,9 +106,11 @@ def run_judge_cost(*, run: Run) -> dict[str, Any]:
     Prompt caching: `cacheable_share` is the share of the sent requests' tokens that is the run-constant prefix
     (locally counted, over the calls that have a count); `cached_share` the share of their prompt tokens the
     provider reported as served from its cache; `cost_usd` is what was billed (cache reads at the cached-token
-    price) and `uncached_cost_usd` what the same calls would have cost at the full input price."""
+    price, cache writes at the cache-write price) and `uncached_cost_usd` what the same calls would have cost at
+    the full input price; `cache_write_tokens` the prompt tokens the provider reported writing to its cache."""
     rows = list(run.judge_calls.filter(cached=False).values_list(
-        "cost_usd", "uncached_cost_usd", "prompt_tokens", "prefix_tokens", "counted_tokens", "cached_tokens"))
+        "cost_usd", "uncached_cost_usd", "prompt_tokens", "prefix_tokens", "counted_tokens", "cached_tokens",
+        "cache_write_tokens"))
     known = [r[0] for r in rows if r[0] is not None]
     counted = [(r[3], r[4]) for r in rows if r[3] is not None and r[4]]
     prompt_tokens = sum(r[2] for r in rows)
@@ -119,7 +121,7 @@ def run_judge_cost(*, run: Run) -> dict[str, Any]:
             "cache_hits": run.judge_calls.filter(cached=True).count(),
             "uncached_cost_usd": sum(uncached) if known and None not in uncached else None,  # type: ignore[arg-type]
             "cacheable_share": sum(p for p, _ in counted) / sum(c for _, c in counted) if counted else None,
-            "cached_tokens": cached_tokens,
+            "cached_tokens": cached_tokens, "cache_write_tokens": sum(r[6] or 0 for r in rows),
             "cached_share": cached_tokens / prompt_tokens if prompt_tokens else None}
 
 
