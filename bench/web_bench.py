@@ -137,9 +137,9 @@ async def _receive(run_id: int, user, count: int, clients: int = 1) -> list[floa
     async def collect(client) -> list[float]:
         latencies = []
         while len(latencies) < count:
-            message = await client.receive_json_from(timeout=60)
-            if message["kind"] == "step_finished":
-                latencies.append(time.time() - message["data"]["metrics"]["sent_at"])
+            frame = await client.receive_json_from(timeout=60)  # one window's events (folded)
+            at = time.time()
+            latencies += [at - m["data"]["metrics"]["sent_at"] for m in frame if m["kind"] == "step_finished"]
         return latencies
 
     results = await asyncio.gather(*(collect(c) for c in sockets))
@@ -244,7 +244,7 @@ def _training_run(clients: int, port: int, cookie: str, steps: int,
     (stored → received), and the CPU seconds each part of the live path spent during the run."""
     from tests.webapp.factories import agent_factory, scenario_set_factory
     from webapp.execution import executors
-    from webapp.live.consumers import SUMMARY_ONLY
+    from webapp.live.fanout import SUMMARY_ONLY
     from webapp.models import Project, Run, RunEvent
     from webapp.services.runs import run_launch
 
@@ -356,9 +356,10 @@ def ws_clients(port: int, run_id: int, count: int, cookie: str) -> None:
             async def collect(ws) -> dict[int, float]:
                 arrivals = {}
                 async for message in ws:
-                    event = json.loads(message.data)
-                    arrivals[event["seq"]] = time.time()
-                    if event["kind"] == "run_finished":
+                    at = time.time()
+                    frame = json.loads(message.data)  # one window's events
+                    arrivals.update((event["seq"], at) for event in frame)
+                    if frame[-1]["kind"] == "run_finished":
                         break
                 await ws.close()
                 return arrivals

@@ -218,7 +218,7 @@
     const scheme = location.protocol === "https:" ? "wss://" : "ws://";
     socket = new WebSocket(scheme + location.host + live.dataset.wsPath + "?after=" + lastSeq);
     socket.onopen = () => { retry = 1000; setIndicator(true); };
-    socket.onmessage = (e) => onMessage(JSON.parse(e.data));
+    socket.onmessage = (e) => JSON.parse(e.data).forEach(onMessage);  // a frame: one window's events, in seq order
     socket.onclose = () => {
       setIndicator(false);
       setTimeout(connect, retry);  // reconnects resume from lastSeq: nothing is missed or repeated

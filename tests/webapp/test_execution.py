@@ -7,13 +7,12 @@ import time
 
 import pytest
 from asgiref.sync import sync_to_async
-from channels.testing import WebsocketCommunicator
 
 from tests.webapp.conftest import SCRIPTED_ENGINE, wait_for
+from tests.webapp.live_socket import LiveSocket, run_socket
 from tests.webapp.factories import agent_factory, project_factory, scenario_set_factory
-from webapp.asgi import application
 from webapp.execution.executors import wait_idle
-from webapp.live.consumers import SUMMARY_ONLY
+from webapp.live.fanout import SUMMARY_ONLY
 from webapp.execution.runner import run_execute
 from webapp.models import Run, RunStatus
 from webapp.services import runs as run_services
@@ -36,14 +35,10 @@ def _status(run: Run) -> str:
     return Run.objects.values_list("status", flat=True).get(pk=run.pk)
 
 
-def _socket(user, run_id: int, after: int = 0) -> WebsocketCommunicator:
-    client = WebsocketCommunicator(application, f"/ws/runs/{run_id}/?after={after}",
-                                   headers=[(b"host", b"localhost"), (b"origin", b"http://localhost")])
-    client.scope["user"] = user
-    return client
+_socket = run_socket
 
 
-async def _kinds_until(client: WebsocketCommunicator, last_kind: str, timeout: float = 60) -> list[dict]:
+async def _kinds_until(client: LiveSocket, last_kind: str, timeout: float = 60) -> list[dict]:
     messages = []
     while True:
         message = await client.receive_json_from(timeout=timeout)

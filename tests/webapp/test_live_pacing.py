@@ -9,16 +9,15 @@ import pytest
 import redis
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
-from channels.testing import WebsocketCommunicator
 from django.conf import settings
 from django.db import transaction
 
+from tests.webapp.live_socket import LiveSocket, run_socket
 from tests.webapp.factories import run_factory
 from tests.webapp.test_live_stream import _group, _ingest
 from training.events import GroupRolledOut, StepFinished, TrainStep
-from webapp.asgi import application
-from webapp.live import consumers
-from webapp.live.consumers import fold
+from webapp.live import fanout
+from webapp.live.fanout import fold
 from webapp.live.ingest import run_override_publish
 from webapp.live.publish import run_group
 from webapp.models import RunEvent, RunStatus
@@ -36,11 +35,8 @@ async def _relays_stopped():
         await asyncio.wait(relays, timeout=10)
 
 
-def _connect(user, run, after: int = 0) -> WebsocketCommunicator:
-    communicator = WebsocketCommunicator(application, f"/ws/runs/{run.id}/?after={after}",
-                                         headers=[(b"host", b"localhost"), (b"origin", b"http://localhost")])
-    communicator.scope["user"] = user
-    return communicator
+def _connect(user, run, after: int = 0) -> LiveSocket:
+    return run_socket(user, run.id, after)
 
 
 def _in_one_commit(*actions) -> None:
@@ -61,7 +57,7 @@ async def _open_window(client, run) -> dict:
 
 
 async def test_a_burst_of_updates_of_one_group_reaches_a_client_as_one_message_with_the_latest_state(monkeypatch):
-    monkeypatch.setattr(consumers, "WINDOW_S", 1.0)  # a window no busy test machine overruns
+    monkeypatch.setattr(fanout, "WINDOW_S", 1.0)  # a window no busy test machine overruns
     run = await sync_to_async(run_factory)(status=RunStatus.RUNNING)
     owner = await sync_to_async(lambda: run.project.owner)()
     client = _connect(owner, run)
@@ -70,14 +66,14 @@ async def test_a_burst_of_updates_of_one_group_reaches_a_client_as_one_message_w
     group_id = scored["data"]["group_id"]
     await sync_to_async(_in_one_commit)(*[
         (lambda: run_override_publish(run_id=run.id, group_id=group_id, step=1)) for _ in range(6)])
-    message = await client.receive_json_from(timeout=5)
+    [message] = await client.receive_frame(timeout=5)
     assert await client.receive_nothing(timeout=1.5)
     last = await sync_to_async(_stored)(run, 7)
-    assert message == last  # one message, the newest event as stored (its run summary included)
+    assert message == last  # one frame of one event, the newest as stored (its run summary included)
 
     late = _connect(owner, run)  # what a reload replays ends in the same place
     assert (await late.connect())[0]
-    replay = [await late.receive_json_from(timeout=5) for _ in range(2)]
+    replay = await late.receive_frame(timeout=5)
     assert [m["seq"] for m in replay] == [1, 7] and replay[-1] == message
     assert await late.receive_nothing(timeout=0.3)
     await client.disconnect()
@@ -85,7 +81,7 @@ async def test_a_burst_of_updates_of_one_group_reaches_a_client_as_one_message_w
 
 
 async def test_events_the_page_only_reads_the_run_summary_of_are_folded_into_the_next_one(monkeypatch):
-    monkeypatch.setattr(consumers, "WINDOW_S", 1.0)
+    monkeypatch.setattr(fanout, "WINDOW_S", 1.0)
     run = await sync_to_async(run_factory)(status=RunStatus.RUNNING)
     owner = await sync_to_async(lambda: run.project.owner)()
     client = _connect(owner, run)
@@ -99,6 +95,34 @@ async def test_events_the_page_only_reads_the_run_summary_of_are_folded_into_the
     assert message["data"]["run"] == (await sync_to_async(_stored)(run, 6))["data"]["run"]
     assert await client.receive_nothing(timeout=1.5)
     await client.disconnect()
+
+
+async def test_one_window_reaches_every_socket_as_one_frame_and_a_socket_that_joined_late_ends_in_the_same_place(
+        monkeypatch):
+    monkeypatch.setattr(fanout, "WINDOW_S", 1.0)
+    run = await sync_to_async(run_factory)(status=RunStatus.RUNNING)
+    owner = await sync_to_async(lambda: run.project.owner)()
+    watching = [_connect(owner, run) for _ in range(3)]
+    for client in watching:
+        assert (await client.connect())[0]
+    scored = await _open_window(watching[0], run)  # the window opens: the first event went out at once
+    for client in watching[1:]:
+        assert await client.receive_json_from(timeout=5) == scored
+    late = _connect(owner, run, after=0)  # a page opened inside the window: replays, then joins the frames
+    assert (await late.connect())[0]
+    assert [m["seq"] for m in await late.receive_frame(timeout=5)] == [1]
+    groups = [_group(1, i, [0.1 * i, 0.5]) for i in (1, 2)]
+    await sync_to_async(_in_one_commit)(*[(lambda g=g: _ingest(run, g)) for g in groups],
+                                        lambda: _ingest(run, StepFinished(step=1, metrics={"reward_mean": 0.4})))
+
+    frames = [await client.receive_frame(timeout=5) for client in watching + [late]]
+    assert all(frame == frames[0] for frame in frames)  # one window, one frame, the same for every page
+    assert [(m["seq"], m["kind"]) for m in frames[0]] == [(2, "group_scored"), (3, "group_scored"),
+                                                           (4, "step_finished")]
+    assert frames[0][-1] == await sync_to_async(_stored)(run, 4)
+    for client in watching + [late]:
+        assert await client.receive_nothing(timeout=0.3)
+        await client.disconnect()
 
 
 async def test_a_web_process_joins_a_runs_group_once_however_many_of_its_sockets_watch():

@@ -2,15 +2,14 @@
 from __future__ import annotations
 
 import pytest
-from channels.testing import WebsocketCommunicator
 from asgiref.sync import sync_to_async
 
 from training.events import (CheckpointSaved, GroupScored, JudgeUsage, ReviewRequested, RunFinished, RunStarted,
                              StepFinished)
 from training.types import JudgeReport
-from webapp.asgi import application
 from webapp.live.ingest import run_event_ingest
 from webapp.models import Checkpoint, RunEvent, RunStatus, Step, Trajectory, TrajectoryGroup
+from tests.webapp.live_socket import LiveSocket, run_socket
 from tests.webapp.factories import member_factory, run_factory, user_factory
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -35,11 +34,8 @@ def _ingest(run, event) -> RunEvent:
     return run_event_ingest(run_id=run.id, event=event.to_dict())
 
 
-def _connect(user, run, after: int = 0) -> WebsocketCommunicator:
-    communicator = WebsocketCommunicator(application, f"/ws/runs/{run.id}/?after={after}",
-                                         headers=[(b"host", b"localhost"), (b"origin", b"http://localhost")])
-    communicator.scope["user"] = user
-    return communicator
+def _connect(user, run, after: int = 0) -> LiveSocket:
+    return run_socket(user, run.id, after)
 
 
 def test_ingesting_a_scored_group_stores_ranked_trajectories_and_a_compact_event():

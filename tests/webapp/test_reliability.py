@@ -10,14 +10,13 @@ import zipfile
 
 import pytest
 from asgiref.sync import sync_to_async
-from channels.testing import WebsocketCommunicator
 from django.urls import reverse
 
 from tests.judge_double import JudgeDouble
 from tests.webapp.conftest import wait_for
+from tests.webapp.live_socket import run_socket
 from tests.webapp.factories import judge_factory, member_factory, project_factory, run_factory
 from tests.webapp.test_review import _group
-from webapp.asgi import application
 from webapp.live.ingest import run_event_ingest
 from webapp.models import Checkpoint, Rescore, Role, Run, RunStatus
 from webapp.services.playground import rescores_reap_stale
@@ -34,9 +33,7 @@ async def test_removing_a_member_closes_their_open_live_stream_and_keeps_the_oth
     viewer = await sync_to_async(member_factory)(project=project, role=Role.VIEWER)
     sockets = {}
     for who, user in (("viewer", viewer), ("owner", owner)):
-        sockets[who] = WebsocketCommunicator(application, f"/ws/runs/{run.id}/",
-                                             headers=[(b"host", b"localhost"), (b"origin", b"http://localhost")])
-        sockets[who].scope["user"] = user
+        sockets[who] = run_socket(user, run.id)
         assert (await sockets[who].connect())[0]
     await sync_to_async(membership_remove)(project=project, user=viewer, acting_user=owner)
     closed = await sockets["viewer"].receive_output(timeout=5)

@@ -1,16 +1,15 @@
 """The run page's websocket: authenticate, check membership, replay what the page missed, then stream.
 
-Client: connect to /ws/runs/<id>/?after=<last seq the page has>; every message is {"seq", "kind", "data"},
-in seq order with no duplicates. A user who is not a member of the run's project is refused at the handshake,
-exactly like an unknown run (the 404 of the pages and the API). Membership is checked again while the socket
-is open: when the project's members change (and at least every RECHECK_S while events flow), and a user who
-has lost access is disconnected with code 4403.
+Client: connect to /ws/runs/<id>/?after=<last seq the page has>; every frame is a JSON array of events
+{"seq", "kind", "data"}, in seq order across frames with no duplicates. A user who is not a member of the run's
+project is refused at the handshake, exactly like an unknown run (the 404 of the pages and the API).
+Membership is checked again while the socket is open: when the project's members change (and at least every
+RECHECK_S while events flow), and a user who has lost access is disconnected with code 4403.
 
-Pacing: the first event after a quiet spell goes out at once; what arrives in the WINDOW_S after a send goes
-out together at the end of it, folded (`fold`): an event whose only effect on the page is superseded by a later
-one of the same window is not sent. The page then ends where the full stream would leave it, and `seq` still
-only grows; a reconnect resumes from the last seq the page has. The process receives each event once and
-hands it to its sockets (fanout.py).
+Pacing and folding (fanout.py): the process receives each event once and, per ~100 ms window, folds and
+encodes it once; a socket that has everything before the window sends that shared frame as it is. A socket
+that is behind (replaying, or a lost event) folds and encodes its own fresh part; a reconnect resumes from the
+last seq the page has.
 """
 from __future__ import annotations
 
@@ -22,43 +21,11 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from webapp.selectors import access, runs as run_selectors
-from webapp.live.fanout import encode, run_fanout
+from webapp.live.fanout import Frame, encode_frame, fold, run_fanout
 from webapp.live.publish import project_group
 
 REPLAY_BATCH = 2000
 RECHECK_S = 30.0  # a missed access.changed message (Redis blip) keeps a removed user at most this long
-WINDOW_S = 0.1  # a page is sent at most ~10 times a second, however fast the run's events come
-# Kinds the run page uses only for the run summary every event carries (phase, progress): a later event of
-# the same window carries a newer one (static/webapp/run.js, evaluation.js).
-SUMMARY_ONLY = frozenset({"group_rolled_out", "judge_usage", "train_step"})
-
-
-def fold(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The messages of one window (in seq order) that change what the page shows; the last is always kept,
-    so the page's seq and run summary are the newest. Dropped: summary-only kinds; a group card's update when
-    a later one of the window replaces it (a resumed step re-scoring the same slot, another override of the
-    same group) or when the window also scores that group (the page fetches the card after the window, as it
-    is now)."""
-    scored = {m["data"].get("group_id") for m in messages if m["kind"] == "group_scored"}
-    later_slots: set[tuple[Any, Any]] = set()
-    later_overrides: set[Any] = set()
-    kept: list[dict[str, Any]] = []
-    for i in range(len(messages) - 1, -1, -1):
-        m, data = messages[i], messages[i]["data"]
-        last = i == len(messages) - 1
-        if m["kind"] == "group_scored":
-            slot = (data.get("step"), data.get("group_index"))
-            drop = slot in later_slots
-            later_slots.add(slot)
-        elif m["kind"] == "override":
-            drop = data.get("group_id") in later_overrides or data.get("group_id") in scored
-            later_overrides.add(data.get("group_id"))
-        else:
-            drop = m["kind"] in SUMMARY_ONLY
-        if last or not drop:
-            kept.append(m)
-    kept.reverse()
-    return kept
 
 
 class RunConsumer(AsyncJsonWebsocketConsumer):
@@ -74,7 +41,7 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         self.project_id = await database_sync_to_async(access.run_project_id)(run_id=self.run_id)
         self.checked_at = time.monotonic()
         self.last_sent = _after(self.scope.get("query_string", b""))
-        self._pending: list[tuple[dict[str, Any], str]] = []
+        self._pending: list[Frame] = []
         self._wake = asyncio.Event()
         self._sending = asyncio.Lock()
         self._fanout = run_fanout(self.channel_layer)
@@ -107,36 +74,39 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
             while True:
                 events = await database_sync_to_async(run_selectors.run_events_after)(
                     run_id=self.run_id, after=self.last_sent, limit=REPLAY_BATCH)
-                await self._send([(m, None) for m in events])
+                await self._send(events)
                 if len(events) < REPLAY_BATCH:
                     return
 
-    async def _send(self, batch: list[tuple[dict[str, Any], str | None]]) -> None:
-        fresh = [(m, text) for m, text in batch if m["seq"] > self.last_sent]
-        if not fresh:
-            return
-        texts = {id(m): text for m, text in fresh}
-        self.last_sent = fresh[-1][0]["seq"]
-        for message in fold([m for m, _ in fresh]):
-            await self.send(text_data=texts[id(message)] or encode(message))
+    async def _send(self, events: list[dict[str, Any]]) -> None:
+        """What of `events` the page does not have yet, folded, as one frame of this socket's own."""
+        fresh = [m for m in events if m["seq"] > self.last_sent]
+        if fresh:
+            self.last_sent = fresh[-1]["seq"]
+            await self.send(text_data=encode_frame(fold(fresh)))
 
-    def _deliver(self, message: dict[str, Any], text: str) -> None:
-        """Called by the process's relay for each event of the run; sent by `_flush_loop`."""
-        self._pending.append((message, text))
+    def _deliver(self, frame: Frame) -> None:
+        """Called by the process's relay with each window's frame; sent by `_flush_loop`."""
+        self._pending.append(frame)
         self._wake.set()
 
     async def _flush_loop(self) -> None:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            batch, self._pending = self._pending, []
+            frames, self._pending = self._pending, []
+            if not frames:
+                continue
             if time.monotonic() - self.checked_at > RECHECK_S and not await self._still_allowed():
                 return
-            if batch and batch[0][0]["seq"] > self.last_sent + 1:
+            if frames[0].first > self.last_sent + 1:
                 await self._replay()  # an event was lost in transit (Redis blip, full channel): from the DB
             async with self._sending:
-                await self._send(batch)
-            await asyncio.sleep(WINDOW_S)  # what arrives meanwhile goes out together, folded
+                if len(frames) == 1 and frames[0].first == self.last_sent + 1:
+                    self.last_sent = frames[0].last
+                    await self.send(text_data=frames[0].text)  # the window's frame, shared by every socket
+                else:
+                    await self._send([m for f in frames for m in f.events])
 
     async def access_changed(self, message: dict) -> None:
         await self._still_allowed()
