@@ -59,8 +59,9 @@ def _launch(project, model_dir: Path, marker: str) -> Run:
                          temperature=1.0, top_p=1.0, max_tokens=48)
     scenario_set = ScenarioSet.objects.create(project=project, name="mailbox tasks")
     records = [r for r in scenario_records(generate(0)[1]) if r["metadata"]["split"] == "train"][:2]
-    Scenario.objects.bulk_create(Scenario(scenario_set=scenario_set, external_id=r["id"], user_message=r["user_message"],
-                                          reference=r["reference"], metadata=r["metadata"]) for r in records)
+    Scenario.objects.bulk_create(Scenario(scenario_set=scenario_set, external_id=r["id"],
+                                          user_message=r["user_message"], reference=r["reference"],
+                                          metadata=r["metadata"]) for r in records)
     return run_launch(user=project.owner, project=project, name="mailbox run", agent=agent, scenario_set=scenario_set,
                       steps=1, group_size=3, groups_per_step=2, learning_rate=2e-3,
                       overrides={"device": "cpu", "lora": {"r": 8, "alpha": 16}})
