@@ -145,6 +145,25 @@ def mcp_server_update(*, user, server: McpServer, **fields: Any) -> McpServer:
     return server
 
 
+def mcp_server_delete(*, user, server: McpServer) -> None:
+    """Deletes a server no agent uses (a stdio one: the owner's or a site admin's, as to change it). Runs already
+    launched keep the spec they froze, so they show, resume and fork as before. An agent that uses the server
+    refuses the deletion, naming the agents: detaching it would leave the agent unable to launch."""
+    from webapp.selectors.mcp import mcp_server_agents
+
+    require_role(user=user, project=server.project, role=Role.EDITOR)
+    if server.transport == McpServer.Transport.STDIO:
+        _require_stdio_admin(user, server.project)
+    with transaction.atomic():
+        McpServer.objects.select_for_update().filter(pk=server.pk).first()
+        if agents := mcp_server_agents(server=server):
+            names = ", ".join(repr(a.name) for a in agents)
+            raise ValidationError({"server": [
+                f"the MCP server {server.name!r} is used by agent{'s' if len(agents) > 1 else ''} {names}: "
+                "choose another server (or environment) for them first, then delete it"]})
+        server.delete()
+
+
 def mcp_server_spec(*, server: McpServer) -> dict[str, Any]:
     """The engine's server spec as a run freezes it: header values are replaced by the names of the worker
     environment variables (mcp_server_secrets) the engine reads them from."""
