@@ -154,14 +154,14 @@ def mcp_server_delete(*, user, server: McpServer) -> None:
     require_role(user=user, project=server.project, role=Role.EDITOR)
     if server.transport == McpServer.Transport.STDIO:
         _require_stdio_admin(user, server.project)
-    with transaction.atomic():
-        McpServer.objects.select_for_update().filter(pk=server.pk).first()
-        if agents := mcp_server_agents(server=server):
-            names = ", ".join(repr(a.name) for a in agents)
-            raise ValidationError({"server": [
-                f"the MCP server {server.name!r} is used by agent{'s' if len(agents) > 1 else ''} {names}: "
-                "choose another server (or environment) for them first, then delete it"]})
-        server.delete()
+    # An agent saved with this server between the check and the delete is not caught here: its launch then
+    # says plainly that it has no MCP server of the project and to choose one (mcp_agent_environment_options).
+    if agents := mcp_server_agents(server=server):
+        names = ", ".join(repr(a.name) for a in agents)
+        raise ValidationError({"server": [
+            f"the MCP server {server.name!r} is used by agent{'s' if len(agents) > 1 else ''} {names}: "
+            "choose another server (or environment) for them first, then delete it"]})
+    server.delete()
 
 
 def mcp_server_spec(*, server: McpServer) -> dict[str, Any]:
