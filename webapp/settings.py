@@ -24,6 +24,7 @@ from webapp.env import (
     env_str,
     sqlite_database,
 )
+from webapp.mcp_hosts import parse_host_rules
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("STUDIO_VAR_DIR") or BASE_DIR / "var")
@@ -158,6 +159,15 @@ STUDIO_ENCRYPTION_KEY = env_str("STUDIO_ENCRYPTION_KEY") or None
 STUDIO_JUDGE_KEY_ENDPOINTS = _judge_key_endpoints()
 # Modules whose functions a project may declare as custom tools (tools environment); none by default.
 STUDIO_TOOL_MODULES = env_list("STUDIO_TOOL_MODULES", [])
+# The MCP server hosts the web process may reach ("Test connection"; webapp/mcp_hosts.py): public addresses always;
+# loopback and private ones only when listed; link-local (cloud metadata) never. The embedded laptop setup lists
+# its own loopback, where people run their servers; a shared deployment lists nothing unless an administrator does.
+STUDIO_MCP_ALLOWED_HOSTS = env_list("STUDIO_MCP_ALLOWED_HOSTS",
+                                    ["localhost", "127.0.0.1", "[::1]"] if EMBEDDED else [])
+try:
+    parse_host_rules(STUDIO_MCP_ALLOWED_HOSTS)
+except ValueError as err:
+    raise ImproperlyConfigured(str(err)) from None
 STUDIO_MAX_UPLOAD_BYTES = env_int("STUDIO_MAX_UPLOAD_BYTES", 5 * 1024 * 1024, minimum=1024)
 STUDIO_MAX_UPLOAD_ROWS = env_int("STUDIO_MAX_UPLOAD_ROWS", 10000, minimum=1)
 # External rollouts (issue 21): the largest body the rollouts API and a run's OpenAI-compatible endpoint take,

@@ -38,6 +38,7 @@ urlpatterns = [
     path("mcp-servers/<int:server_id>/", mcp.mcp_server_detail, name="mcp-server-detail"),
     path("mcp-servers/<int:server_id>/edit/", mcp.mcp_server_edit, name="mcp-server-edit"),
     path("mcp-servers/<int:server_id>/test/", mcp.mcp_server_test, name="mcp-server-test"),
+    path("mcp-servers/<int:server_id>/delete/", mcp.mcp_server_delete, name="mcp-server-delete"),
     path("projects/<int:project_id>/runs/", runs.run_list, name="run-list"),
     path("projects/<int:project_id>/runs/new/", runs.run_launch, name="run-launch"),
     path("projects/<int:project_id>/runs/compare/", review.runs_compare, name="runs-compare"),

@@ -48,6 +48,10 @@ _RULES: list[tuple[re.Pattern[str], str, str]] = [(re.compile(p, re.S), what, to
      "The MCP server did not start, or could not be reached, within its time.",
      "Check the server's command or URL on its page (is it running? does the command exist on the workers?), "
      "then use Test connection; the technical details end with what the server printed."),
+    (r"McpHostNotAllowed",
+     "The web server may not connect to this MCP server's address.",
+     "Loopback and private addresses need an entry in STUDIO_MCP_ALLOWED_HOSTS (set by the administrator); "
+     "link-local addresses such as cloud metadata endpoints are never allowed. The details name the address."),
     (r"McpInvalidToolSchema",
      "The MCP server lists a tool a model cannot be given (an invalid input schema or tool name).",
      "Fix that tool's name or input schema in the server; the technical details name the tool."),

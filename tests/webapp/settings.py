@@ -17,6 +17,8 @@ os.environ.setdefault("STUDIO_CHANNEL_PREFIX", f"studio-test-{os.getpid()}")
 os.environ.setdefault("STUDIO_HEARTBEAT_S", "0.5")
 os.environ.setdefault("STUDIO_STALE_AFTER_S", "3")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+# The tests' MCP servers listen on loopback, which a shared deployment's web process may not reach by default.
+os.environ.setdefault("STUDIO_MCP_ALLOWED_HOSTS", "127.0.0.1,localhost")
 # Catalogue tests name placeholder models for a scripted engine; the tests of the model check turn it on.
 os.environ.setdefault("STUDIO_MODEL_CHECK", "off")
 

@@ -65,6 +65,7 @@ EXPECTED: dict[str, Entry] = {
     "mcp-server-detail": page(get=(V, 200)),
     "mcp-server-edit": page(get=(E, 200), post=(E, 400)),
     "mcp-server-test": page(post=(E, 200)),
+    "mcp-server-delete": page(get=(E, 200), post=(E, 302)),  # the confirmation; the world's agents do not use it
     "run-list": page(get=(V, 200)),
     "run-launch": page(get=(E, 200), post=(E, 400)),
     "run-detail": page(get=(V, 200)),
@@ -110,7 +111,7 @@ EXPECTED: dict[str, Entry] = {
     "api:judge-config-list": api(get=("any", 200), post=("any", 400)),
     "api:judge-config-detail": api(get=(V, 200), put=(E, 400), patch=(E, 200)),
     "api:mcp-server-list": api(get=("any", 200), post=("any", 400)),
-    "api:mcp-server-detail": api(get=(V, 200), put=(E, 400), patch=(E, 200)),
+    "api:mcp-server-detail": api(get=(V, 200), put=(E, 400), patch=(E, 200), delete=(E, 204)),
     "api:mcp-server-test": api(post=(E, 200)),  # the failed connection is the result (a closed port)
     "api:run-list": api(get=("any", 200), post=("any", 400)),
     "api:run-detail": api(get=(V, 200)),

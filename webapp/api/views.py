@@ -152,11 +152,13 @@ class JudgeConfigViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixin
 
 
 class McpServerViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
-                       mixins.UpdateModelMixin, _InProject):
-    """A stdio server (a command the workers run) is added and changed by the project's owner or a site
-    administrator only (403 for others); header values are write-only."""
+                       mixins.UpdateModelMixin, mixins.DestroyModelMixin, _InProject):
+    """A stdio server (a command the workers run) is added, changed and deleted by the project's owner or a site
+    administrator only (403 for others); header values are write-only. DELETE refuses (400, naming them) while
+    agents use the server; runs already launched keep the spec they froze."""
     serializer_class = s.McpServerSerializer
-    action_roles = {"update": Role.EDITOR, "partial_update": Role.EDITOR, "test": Role.EDITOR}
+    action_roles = {"update": Role.EDITOR, "partial_update": Role.EDITOR, "test": Role.EDITOR,
+                    "destroy": Role.EDITOR}
     queryset = McpServer.objects.order_by("id")
 
     def perform_create(self, serializer):
@@ -168,6 +170,9 @@ class McpServerViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.
         data = {k: v for k, v in serializer.validated_data.items() if k != "project"}
         serializer.instance = mcp_services.mcp_server_update(user=self.request.user, server=serializer.instance,
                                                              **data)
+
+    def perform_destroy(self, instance):
+        mcp_services.mcp_server_delete(user=self.request.user, server=instance)
 
     @extend_schema(request=None, responses=s.McpConnectionTestSerializer)
     @action(detail=True, methods=["post"])

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied
 
-from webapp.models import McpServer, Role
+from webapp.models import Agent, McpServer, Role
 from webapp.selectors.access import in_project_get
 from webapp.services.mcp_servers import is_project_admin
 
@@ -22,6 +22,12 @@ def mcp_server_get_for_edit(*, user, server_id: int) -> McpServer:
         raise PermissionDenied("a stdio MCP server is a command the workers run: only the project's owner or a "
                                "site administrator may change it")
     return server
+
+
+def mcp_server_agents(*, server: McpServer) -> list[Agent]:
+    """The project's agents whose runs would use this server (environment `mcp` with it chosen)."""
+    return list(Agent.objects.filter(project_id=server.project_id, environment_kind="mcp",
+                                     environment_options__mcp_server=server.id).order_by("name"))
 
 
 def mcp_tools_rows(*, tools: list[dict[str, Any]]) -> list[dict[str, str]]:

@@ -13,11 +13,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 from pydantic import ValidationError as PydanticError
 
+from webapp.mcp_hosts import McpHostNotAllowed, check_url_allowed, parse_host_rules
 from webapp.models import McpServer, Project, Role
 from webapp.services.access import require_role
 from webapp.services.secrets import secret_decrypt, secret_encrypt
@@ -73,6 +75,11 @@ def _check(server: McpServer, headers: dict[str, str]) -> None:
             message = {"url": "give an http:// or https:// address, e.g. http://127.0.0.1:8765/mcp",
                        "command": "give the command the workers run, e.g. python"}.get(key, problem["msg"])
             errors.setdefault(key, []).append(message)
+    if server.transport == McpServer.Transport.HTTP and "url" not in errors:
+        try:
+            mcp_url_check(url=server.url)
+        except McpHostNotAllowed as err:
+            errors["url"] = [str(err)]
     if not 0 < server.per_call_timeout_s <= 600:
         errors["per_call_timeout_s"] = ["the per-call timeout must be above 0 and at most 600 seconds"]
     if not 100 <= server.max_result_chars <= 200_000:
@@ -109,6 +116,13 @@ def _save(server: McpServer) -> None:
         raise ValidationError({"name": ["an MCP server with this name already exists in the project"]}) from None
 
 
+def mcp_url_check(*, url: str) -> None:
+    """McpHostNotAllowed unless the web process may send a request to `url` (STUDIO_MCP_ALLOWED_HOSTS): checked
+    when a server is saved and again before every request the web process makes to it (the name may resolve
+    elsewhere by then)."""
+    check_url_allowed(url, parse_host_rules(settings.STUDIO_MCP_ALLOWED_HOSTS))
+
+
 def mcp_server_create(*, user, project: Project, **fields: Any) -> McpServer:
     """`headers` (HTTP): {name: value}, encrypted before it touches the database and never returned."""
     require_role(user=user, project=project, role=Role.EDITOR)
@@ -129,6 +143,25 @@ def mcp_server_update(*, user, server: McpServer, **fields: Any) -> McpServer:
     _apply(server, fields)
     _save(server)
     return server
+
+
+def mcp_server_delete(*, user, server: McpServer) -> None:
+    """Deletes a server no agent uses (a stdio one: the owner's or a site admin's, as to change it). Runs already
+    launched keep the spec they froze, so they show, resume and fork as before. An agent that uses the server
+    refuses the deletion, naming the agents: detaching it would leave the agent unable to launch."""
+    from webapp.selectors.mcp import mcp_server_agents
+
+    require_role(user=user, project=server.project, role=Role.EDITOR)
+    if server.transport == McpServer.Transport.STDIO:
+        _require_stdio_admin(user, server.project)
+    # An agent saved with this server between the check and the delete is not caught here: its launch then
+    # says plainly that it has no MCP server of the project and to choose one (mcp_agent_environment_options).
+    if agents := mcp_server_agents(server=server):
+        names = ", ".join(repr(a.name) for a in agents)
+        raise ValidationError({"server": [
+            f"the MCP server {server.name!r} is used by agent{'s' if len(agents) > 1 else ''} {names}: "
+            "choose another server (or environment) for them first, then delete it"]})
+    server.delete()
 
 
 def mcp_server_spec(*, server: McpServer) -> dict[str, Any]:
@@ -169,6 +202,10 @@ def mcp_server_test(*, user, server: McpServer) -> ConnectionTest:
     if server.transport == McpServer.Transport.STDIO:
         spec: Any = StdioServer.model_validate(mcp_server_spec(server=server))
     else:
+        try:
+            mcp_url_check(url=server.url)
+        except McpHostNotAllowed as err:  # refused before any request leaves the web process
+            return ConnectionTest(ok=False, error=f"McpHostNotAllowed: {err}")
         spec = HttpServer(transport="http", url=server.url, headers=_headers(server))
 
     async def listed() -> list[dict[str, Any]]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from django.contrib import messages
+from django.core.exceptions import ValidationError
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -10,7 +11,7 @@ from django.views.decorators.http import require_POST, require_safe
 from webapp.forms import McpServerForm
 from webapp.models import Role
 from webapp.selectors import access
-from webapp.selectors.mcp import mcp_server_get, mcp_server_get_for_edit, mcp_tools_rows
+from webapp.selectors.mcp import mcp_server_agents, mcp_server_get, mcp_server_get_for_edit, mcp_tools_rows
 from webapp.services import mcp_servers as svc
 from webapp.views.common import handle_form
 
@@ -58,7 +59,26 @@ def mcp_server_detail(request: HttpRequest, server_id: int) -> HttpResponse:
         "can_test": role == Role.EDITOR,
         "can_edit": role == Role.EDITOR and (server.transport == server.Transport.HTTP
                                              or svc.is_project_admin(user=request.user, project=server.project)),
-    })
+    })  # can_edit also gates the Delete link: the same people may delete it
+
+
+@login_required
+def mcp_server_delete(request: HttpRequest, server_id: int) -> HttpResponse:
+    """GET: the confirmation (what deleting changes, and the agents that stop it); POST: delete."""
+    server = mcp_server_get_for_edit(user=request.user, server_id=server_id)
+    errors: list[str] = []
+    if request.method == "POST":
+        try:
+            svc.mcp_server_delete(user=request.user, server=server)
+        except ValidationError as err:
+            errors = [m for ms in err.message_dict.values() for m in ms]
+        else:
+            messages.success(request, f"MCP server {server.name!r} deleted; runs already launched keep the server "
+                                      "they started with")
+            return redirect("project-detail", project_id=server.project_id)
+    return render(request, "webapp/mcp_server_delete.html", {
+        "project": server.project, "server": server, "agents": mcp_server_agents(server=server), "errors": errors,
+    }, status=400 if errors else 200)
 
 
 @login_required
