@@ -41,6 +41,11 @@ def point(event: EvaluationFinished) -> dict:
             "win_rate": m["eval_win_rate"], "ci": [m["eval_ci_low"], m["eval_ci_high"]]}
 
 
+def _mean(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.fmean(known) if known else None
+
+
 def _fmt(v: float | None) -> str:
     return "  n/a" if v is None else f"{v:5.3f}"
 
@@ -83,9 +88,10 @@ def main(argv: list[str] | None = None) -> int:
     print("step  reward ckpt  reward base  success ckpt  success base  (mean over seeds)")
     for step in steps:
         at = [p for ps in curves.values() for p in ps if p["step"] == step]
-        cols = [statistics.fmean(p[k] for p in at) for k in ("reward_checkpoint", "reward_base",
-                                                             "success_checkpoint", "success_base")]
-        print(f"{step:4d}  {cols[0]:11.3f}  {cols[1]:11.3f}  {cols[2]:12.3f}  {cols[3]:12.3f}")
+        # An evaluation whose every rollout failed has no numbers (None): left out of the mean, not a crash.
+        cols = [_mean([p[k] for p in at]) for k in ("reward_checkpoint", "reward_base", "success_checkpoint",
+                                                    "success_base")]
+        print(f"{step:4d}  {_fmt(cols[0]):>11}  {_fmt(cols[1]):>11}  {_fmt(cols[2]):>12}  {_fmt(cols[3]):>12}")
     if args.out:
         Path(args.out).write_text(json.dumps(curves, indent=1))
     return 0

@@ -54,7 +54,7 @@ def mailbox_demo_config(*, out_dir: str | Path, steps: int = 20, model_dir: str 
         "system_prompt": MAILBOX_SYSTEM_PROMPT,
         "scenarios": scenarios,
         "environment": {"kind": "mcp", "options": {"server": server, "max_turns": 4, "reward": "reference"}},
-        "sampling": {"temperature": 1.0, "max_tokens": 48},
+        "sampling": {"temperature": 1.0, "max_tokens": 56},  # the longest answer turn is 49 tokens
         "grpo": {"group_size": 6, "groups_per_step": 4, "learning_rate": 2e-3, "micro_batch_size": 8,
                  "max_grad_norm": 1.0},
         "lora": {"r": 8, "alpha": 16},

@@ -2,15 +2,26 @@
 
 The tiny 2048 model (training/tiny_model.py) has a 1024-token context and a 512-token vocabulary: the mailbox's
 three tool schemas alone take about 1300 of its tokens. This variant has a 4096-token context and its own
-byte-level BPE tokenizer (2048 tokens) trained on the mailbox's tool list and warm-up episodes, so a whole
-episode (system prompt, tools, question, three tool calls and their results) takes well under 1000 tokens.
+byte-level BPE tokenizer (2048 tokens, every email id one token) trained on the warm-up episodes as the chat
+template renders them, so a whole episode (system prompt, tools, question, three tool calls and their results)
+takes under 800 tokens.
 
-The warm-up is a short SFT pass on synthetic episodes in the real chat format with tools: search_inbox with the
-question's project and topic word, read_email of the hit, answer(text, sources). The episodes come from the
-train scenarios of the served mailbox (seed 0) and from mailboxes of other seeds, leaving out every scenario
-about a project that a held-out scenario of the served mailbox asks about: the held-out tasks, their projects
-and their emails never appear in the warm-up. Tool results are exactly what the server returns (the same
-`Mailbox` code). Deterministic for a seed; well under a minute on two CPU cores. No weights are downloaded.
+The warm-up is an SFT pass on synthetic solved episodes in the real chat format with tools. Everything the agent
+must write that depends on the task is a copy of what it has just seen, each token after the token it follows
+there: a model this small can learn to copy, it cannot recall a project's facts from nowhere (docs/mcp.md has
+what it learns in this warm-up: the keywords, on held-out questions too, not yet the id):
+- search_inbox keywords: the question from the word before the project on ("the Iris site visit"), words that
+  the fact email holds and no other email holds all of;
+- read_email: the id of the hit, as the search result shows it;
+- answer: the fact email's first sentence as `text` (it states the answer), its id as `sources`.
+Tool results are exactly what the server returns (the same `Mailbox` code). The episodes are the served
+mailbox's (seed 0) train scenarios and every scenario of 40 other seeds' mailboxes (other emails, other
+answers) except one repeating a held-out question or answer of the served mailbox: the held-out projects' names
+are known words, but no held-out task, answer or email is ever shown (a test checks it).
+
+The SFT runs first without the tool list in the prompt (a third of the tokens, where the copying is learnt), then
+with it, as the agent sees its tools (`_passes`). Deterministic for a seed; about 20 to 25 minutes on two shared
+CPU cores (`SFT_STEPS`); tests build a quicker variant with fewer steps. No weights are downloaded.
 """
 from __future__ import annotations
 
@@ -27,21 +38,23 @@ from training.sft import SFTConfig, sft_train
 MAILBOX_SYSTEM_PROMPT = ("Answer the question from the mailbox: search_inbox, read_email, then answer with the "
                          "answer and the ids of the emails it comes from.")
 SERVED_SEED = 0  # the mailbox the demo's server serves (its default --seed)
-BUILD_VERSION = 1  # bump when the recipe changes: cached builds are keyed by it
+BUILD_VERSION = 2  # bump when the recipe changes: cached builds are keyed by it
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", END_OF_TURN]
 MODEL_SHAPE = dict(
     hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
     max_position_embeddings=4096, initializer_range=0.1, tie_word_embeddings=True, rope_theta=10000.0,
 )
 VOCAB_SIZE = 2048
-SFT_STEPS = 60
+SFT_STEPS = 300
+BATCH_SIZE = 16
+LEARNING_RATE = 3e-3
+MIN_TOOL_STEPS = 10  # the first pass with the tool list in the prompt has at least these
+EMAILS = 300  # mailbox.generate's default count: ids m0000 to m0299
 OTHER_SEEDS = range(1, 41)
-# The topic word of each question template (mailbox.FACTS): with the project it finds the fact email alone.
-TOPIC_WORDS = ("budget", "room", "flight", "deadline")
 
 
 def held_out_projects(seed: int = SERVED_SEED) -> set[str]:
-    """The projects the served mailbox's held-out scenarios ask about: kept out of the warm-up entirely."""
+    """The projects the served mailbox's held-out scenarios ask about."""
     return {_project(s) for s in generate(seed)[1] if s.split == "held_out"}
 
 
@@ -49,10 +62,16 @@ def _project(scenario: MailScenario) -> str:
     return next(w for w in scenario.question.rstrip("?").split() if w in PROJECTS)
 
 
-def _keywords(scenario: MailScenario) -> str:
-    words = scenario.question.lower().rstrip("?").split()
-    topic = next(w for w in TOPIC_WORDS if w in words)
-    return f"{_project(scenario)} {topic}"
+def search_keywords(scenario: MailScenario) -> str:
+    """The question from the word before its project to its end ("the Iris site visit"): words the fact email
+    holds, so the search finds it; the model copies them from the question, each after the word it follows there."""
+    words = scenario.question.rstrip("?").split()
+    return " ".join(words[words.index(_project(scenario)) - 1:])
+
+
+def answer_text(email: dict[str, str]) -> str:
+    """The body's first sentence, which states the fact (mailbox.FACTS): the answer copies it from the email."""
+    return email["body"].split(". ")[0].rstrip(".")
 
 
 def _call(name: str, arguments: dict[str, Any], n: int) -> dict[str, Any]:
@@ -61,7 +80,7 @@ def _call(name: str, arguments: dict[str, Any], n: int) -> dict[str, Any]:
 
 def episode(scenario: MailScenario, mailbox: Mailbox, system_prompt: str = MAILBOX_SYSTEM_PROMPT) -> list[dict]:
     """One solved episode in the chat format with tools; tool results are the server's own (same code)."""
-    keywords = _keywords(scenario)
+    keywords = search_keywords(scenario)
     hits = mailbox.search(keywords=keywords)
     (source,) = scenario.source_ids
     email = mailbox.read(source)
@@ -73,20 +92,22 @@ def episode(scenario: MailScenario, mailbox: Mailbox, system_prompt: str = MAILB
         {"role": "assistant", "content": "", "tool_calls": [_call("read_email", {"id": source}, 1)]},
         {"role": "tool", "tool_call_id": "call_1", "content": json.dumps(email)},
         {"role": "assistant", "content": "",
-         "tool_calls": [_call("answer", {"text": scenario.answer, "sources": [source]}, 2)]},
+         "tool_calls": [_call("answer", {"text": answer_text(email), "sources": [source]}, 2)]},
     ]
 
 
 def warmup_episodes(seeds: list[int] | range = OTHER_SEEDS) -> list[list[dict]]:
-    """Train episodes: the served mailbox's train scenarios and other seeds' scenarios, none about a held-out
-    project of the served mailbox."""
-    excluded = held_out_projects()
+    """Train episodes: the served mailbox's train scenarios and other seeds' scenarios. Other seeds' mailboxes
+    are other emails with other answers; only a scenario that repeats a held-out question of the served mailbox
+    is left out, so the held-out projects' names are known words, but no held-out task, answer or email is seen."""
+    held = [s for s in generate(SERVED_SEED)[1] if s.split == "held_out"]
+    questions, answers = {s.question for s in held}, {s.answer for s in held}
     episodes = []
     for seed in [SERVED_SEED, *seeds]:
         emails, scenarios = generate(seed)
         mailbox = Mailbox(emails)
         for s in scenarios:
-            if _project(s) in excluded or (seed == SERVED_SEED and s.split != "train"):
+            if (seed == SERVED_SEED and s.split != "train") or s.question in questions or s.answer in answers:
                 continue
             episodes.append(episode(s, mailbox))
     return episodes
@@ -105,16 +126,23 @@ def mailbox_tools() -> list[dict[str, Any]]:
     return openai_tools(anyio.run(listed))
 
 
+def email_ids(count: int = EMAILS) -> list[str]:
+    return [f"m{i:04d}" for i in range(count)]
+
+
 def build_tokenizer(corpus: list[str]):
+    """A byte-level BPE over `corpus`, with every email id as one token (copying an id is copying one token)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
+    ids = email_ids()
     core = Tokenizer(models.BPE())
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     core.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=VOCAB_SIZE, special_tokens=SPECIAL_TOKENS,
+    trainer = trainers.BpeTrainer(vocab_size=VOCAB_SIZE - len(ids), special_tokens=SPECIAL_TOKENS,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     core.train_from_iterator(corpus, trainer=trainer)
+    core.add_tokens(ids)
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=core, bos_token=None, eos_token=END_OF_TURN, pad_token="<|endoftext|>",
         unk_token=None, model_max_length=MODEL_SHAPE["max_position_embeddings"],
@@ -123,8 +151,27 @@ def build_tokenizer(corpus: list[str]):
     return tokenizer
 
 
+def _tokenizer_for(episodes: list[list[dict]], tools: list[dict]):
+    # Trained on the episodes as the chat template renders them (tool-call markup and JSON keys become whole
+    # tokens); a first tokenizer only renders them. Project names are vocabulary, not tasks: whole words each.
+    plain = [m["content"] + json.dumps(m.get("tool_calls", [])) for e in episodes for m in e]
+    renderer = build_tokenizer(plain + [json.dumps(tools), " ".join(PROJECTS)])
+    rendered = [renderer.apply_chat_template(e, tools=tools if k < 20 else None, tokenize=False)
+                for k, e in enumerate(episodes)]
+    return build_tokenizer(rendered + [" ".join(PROJECTS)] * 20)
+
+
+def _passes(sft_steps: int, seed: int) -> list[tuple[int, int, bool, int]]:
+    """(steps, batch size, tool list in the prompt, sampling seed) of each SFT pass; each has a fresh optimiser.
+    With the tools the loss first jumps (the prompt is three times longer), so two passes re-settle it."""
+    tool_steps = max(MIN_TOOL_STEPS, sft_steps // 10)
+    return [(sft_steps, BATCH_SIZE, False, seed), (tool_steps, 8, True, seed), (2 * tool_steps, 8, True, seed + 1)]
+
+
 def build_tiny_mailbox_model(out_dir: str | Path, *, seed: int = 0, sft_steps: int = SFT_STEPS,
                              quiet: bool = False) -> Path:
+    """Warm-up: `sft_steps` on the episodes without the tool list in the prompt (a third of the tokens: where
+    the copying is learnt), then three tenths as many with it, as the agent sees its tools (`_passes`)."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -132,19 +179,18 @@ def build_tiny_mailbox_model(out_dir: str | Path, *, seed: int = 0, sft_steps: i
     torch.manual_seed(seed)
     tools = mailbox_tools()
     episodes = warmup_episodes()
-    rendered = [json.dumps(tools)] * 20 + [m["content"] + json.dumps(m.get("tool_calls", []))
-                                           for e in episodes for m in e]
-    # The generator's project names are vocabulary (not tasks): whole-word tokens for every one of them.
-    rendered += [" ".join(PROJECTS)] * 20
-    tokenizer = build_tokenizer(rendered)
+    tokenizer = _tokenizer_for(episodes, tools)
     config = Qwen2Config(vocab_size=len(tokenizer), bos_token_id=None, eos_token_id=tokenizer.eos_token_id,
                          pad_token_id=tokenizer.pad_token_id, **MODEL_SHAPE)
     model = Qwen2ForCausalLM(config)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
-    sft_train(model, tokenizer, episodes, SFTConfig(steps=sft_steps, seed=seed, batch_size=8,
-                                                    max_length=MODEL_SHAPE["max_position_embeddings"],
-                                                    log_every=0 if quiet else 10), tools=tools)
+    for steps, batch_size, with_tools, pass_seed in _passes(sft_steps, seed):
+        sft_train(model, tokenizer, episodes, SFTConfig(steps=steps, seed=pass_seed, batch_size=batch_size,
+                                                        learning_rate=LEARNING_RATE,
+                                                        max_length=MODEL_SHAPE["max_position_embeddings"],
+                                                        log_every=0 if quiet else 25),
+                  tools=tools if with_tools else None)
     tmp = out.with_name(out.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)
@@ -159,16 +205,17 @@ def build_tiny_mailbox_model(out_dir: str | Path, *, seed: int = 0, sft_steps: i
     return out
 
 
-def ensure_tiny_mailbox_model(path: str | Path, *, seed: int = 0) -> Path:
-    """The tiny mailbox model at `path`, built first if it is missing or from an older recipe."""
+def ensure_tiny_mailbox_model(path: str | Path, *, seed: int = 0, sft_steps: int = SFT_STEPS) -> Path:
+    """The tiny mailbox model at `path`, built first if it is missing or from another recipe. Tests pass fewer
+    `sft_steps`: a quicker build that has the episode's shape but has not learnt to copy yet."""
     p = Path(path)
     meta = p / "rubric_studio.json"
     if meta.exists():
         info = json.loads(meta.read_text())
         if info.get("variant") == "mailbox" and info.get("build_version") == BUILD_VERSION \
-                and info.get("seed") == seed:
+                and info.get("seed") == seed and info.get("sft_steps") == sft_steps:
             return p
-    return build_tiny_mailbox_model(p, seed=seed)
+    return build_tiny_mailbox_model(p, seed=seed, sft_steps=sft_steps)
 
 
 __all__ = ["build_tiny_mailbox_model", "ensure_tiny_mailbox_model", "episode", "warmup_episodes",

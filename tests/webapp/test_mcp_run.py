@@ -30,8 +30,8 @@ MAILBOX_TOOLS = {"search_inbox", "read_email", "answer"}
 def mailbox_model_dir() -> Path:
     from training.tiny_mailbox_model import ensure_tiny_mailbox_model
 
-    # the same cache as tests/training/test_tiny_mailbox_model.py: built once (about 2 minutes on CPU)
-    return ensure_tiny_mailbox_model(ROOT / "var" / "test-cache" / "tiny-mailbox-model")
+    # the same cache and quick build as tests/training/test_tiny_mailbox_model.py: built once (about 4 minutes)
+    return ensure_tiny_mailbox_model(ROOT / "var" / "test-cache" / "tiny-mailbox-model", sft_steps=40)
 
 
 def _processes_with(marker: str) -> list[int]:
