@@ -7,7 +7,6 @@ rows go to the `MCP fault table` that the terminal summary prints (tests/trainin
 from __future__ import annotations
 
 import asyncio
-import sys
 from pathlib import Path
 
 import pytest

@@ -4,11 +4,9 @@ the reward chart arrive without a reload, pause and resume. Screenshots go to va
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest

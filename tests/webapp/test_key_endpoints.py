@@ -6,7 +6,6 @@ import json
 
 import pytest
 from django.core.exceptions import ValidationError
-from django.urls import reverse
 
 from judging import JudgeError
 from studio.key_policy import POLICY_ENV

@@ -7,12 +7,12 @@ from django.urls import reverse
 from rest_framework.test import APIClient
 
 from tests.webapp.factories import (
-    judge_factory, member_factory, project_factory, rubric_factory, run_factory, user_factory,
+    judge_factory, member_factory, rubric_factory, run_factory, user_factory,
 )
 from webapp.live.ingest import run_event_ingest
 from webapp.models import Checkpoint, Role, Run, RunStatus, ScoreOverride, Trajectory, TrajectoryGroup
 from webapp.models.runs import AppendOnlyError
-from webapp.services.review import group_reorder, run_review_rewards, trajectory_override
+from webapp.services.review import run_review_rewards, trajectory_override
 
 pytestmark = pytest.mark.django_db
 

@@ -10,7 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import F, Sum
 from django.utils import timezone
