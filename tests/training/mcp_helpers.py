@@ -16,6 +16,16 @@ from training.types import Scenario
 
 FAULT_SERVER = str(Path(__file__).with_name("mcp_fault_server.py"))
 MAILBOX = ["-m", "training.environments.mailbox_server"]
+QUICK_SFT_STEPS = 40  # the tests' mailbox model: the episode's shape, not the demo's copying (docs/mcp.md)
+
+
+def quick_mailbox_model() -> Path:
+    """The tiny mailbox model the tests share: built once (about 2-4 minutes on CPU), cached under var/ and
+    rebuilt when its recipe changes."""
+    from training.tiny_mailbox_model import ensure_tiny_mailbox_model
+
+    return ensure_tiny_mailbox_model(Path(__file__).resolve().parents[2] / "var" / "test-cache" /
+                                     "tiny-mailbox-model", sft_steps=QUICK_SFT_STEPS)
 
 
 def stdio(args: list[str], env: dict | None = None) -> dict:

@@ -9,25 +9,21 @@ from pathlib import Path
 import pytest
 from openai import AsyncOpenAI
 
+from tests.training.mcp_helpers import quick_mailbox_model
 from training.chat_format import encode_conversation
 from training.config import SamplingConfig, ServerConfig
 from training.environments import RolloutConfig, get_environment, parse_options
 from training.environments.mailbox_server.mailbox import PROJECTS, Mailbox, generate, scenario_records
 from training.environments.mcp import reference_reward
 from training.servers import start_server
-from training.tiny_mailbox_model import (MAILBOX_SYSTEM_PROMPT, episode, ensure_tiny_mailbox_model,
-                                         held_out_projects, mailbox_tools, warmup_episodes)
+from training.tiny_mailbox_model import (MAILBOX_SYSTEM_PROMPT, episode, held_out_projects, mailbox_tools,
+                                         warmup_episodes)
 from training.types import Scenario
-
-REPO = Path(__file__).resolve().parents[2]
-QUICK_SFT_STEPS = 40  # tests/webapp/test_mcp_run.py shares the cache and the number
 
 
 @pytest.fixture(scope="module")
 def mailbox_model_dir() -> Path:
-    """Built once and cached under var/ (rebuilt when its recipe changes). A quicker build than the demo's
-    (QUICK_SFT_STEPS): it has the episode's shape, which is what these tests need, in about 4 minutes."""
-    return ensure_tiny_mailbox_model(REPO / "var" / "test-cache" / "tiny-mailbox-model", sft_steps=QUICK_SFT_STEPS)
+    return quick_mailbox_model()
 
 
 def test_the_warm_up_never_shows_a_held_out_task_its_answer_or_its_email_but_knows_its_project():

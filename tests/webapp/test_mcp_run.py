@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.training.mcp_helpers import MAILBOX
+from tests.training.mcp_helpers import MAILBOX, quick_mailbox_model
 from tests.webapp.factories import project_factory
 from training.environments.mailbox_server.mailbox import Mailbox, generate, scenario_records
 from webapp.execution.executors import wait_idle
@@ -22,16 +22,12 @@ from webapp.services.catalogue import agent_create
 from webapp.services.runs import run_launch
 
 pytestmark = pytest.mark.django_db(transaction=True)
-ROOT = Path(__file__).resolve().parents[2]
 MAILBOX_TOOLS = {"search_inbox", "read_email", "answer"}
 
 
 @pytest.fixture(scope="session")
 def mailbox_model_dir() -> Path:
-    from training.tiny_mailbox_model import ensure_tiny_mailbox_model
-
-    # the same cache and quick build as tests/training/test_tiny_mailbox_model.py: built once (about 4 minutes)
-    return ensure_tiny_mailbox_model(ROOT / "var" / "test-cache" / "tiny-mailbox-model", sft_steps=40)
+    return quick_mailbox_model()
 
 
 def _processes_with(marker: str) -> list[int]:
