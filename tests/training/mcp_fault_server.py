@@ -1,7 +1,8 @@
 """A real MCP server process with faults on demand, for the `mcp` environment's fault tests.
 
 `python mcp_fault_server.py MODE` serves over stdio. MODE: ok | exit (dies before the handshake) |
-silent (never answers the handshake) | bad_schema (lists a tool whose input schema is invalid).
+silent (never answers the handshake) | slow (starts serving after 1 s) | bad_schema (lists a tool whose input
+schema is invalid). $FAULT_SERVER_STARTS names a file it appends its start time to.
 $FAULT_SERVER_PIDS names a file it appends its pid to. Its tools: echo(text), nap(seconds) (returns its start and end times), fail() (a tool error), hang() (never returns), crash() (the process dies mid-call),
 garbage() (writes a line that is not JSON-RPC to stdout, then nothing).
 """
@@ -18,8 +19,13 @@ if os.environ.get("FAULT_SERVER_PIDS"):  # tests check that every server they st
 if mode == "exit":
     print("fault server: refusing to start", file=sys.stderr)
     sys.exit(3)
+if os.environ.get("FAULT_SERVER_STARTS"):
+    with open(os.environ["FAULT_SERVER_STARTS"], "a") as f:
+        f.write(f"{time.time()}\n")
 if mode == "silent":
     time.sleep(3600)
+if mode == "slow":
+    time.sleep(1.0)
 
 from mcp.server.mcpserver import MCPServer  # noqa: E402
 from mcp.server.mcpserver.exceptions import ToolError  # noqa: E402

@@ -99,6 +99,32 @@ def test_a_bad_server_spec_is_refused_with_the_key_named(server, problem):
         options(server)
 
 
+def test_session_starts_take_turns_and_each_gets_its_own_startup_timeout(tmp_path):
+    """Ten rollouts start together against a server that takes about two seconds to start: two start at a time,
+    and the last two, which wait at least 4 x 1 s for their turn, still get their whole 5 s to start."""
+    import asyncio
+
+    from tests.training.scripted_policy import MODEL, scripted_client
+    from training.config import SamplingConfig
+    from training.environments import RolloutConfig, get_environment
+
+    starts = tmp_path / "starts"
+    env = get_environment("mcp")
+    server = stdio([FAULT_SERVER, "slow"], env={"FAULT_SERVER_STARTS": str(starts)})
+    config = RolloutConfig("", SamplingConfig(), options(server, max_concurrent_starts=2, startup_timeout_s=5.0))
+
+    async def together() -> list:
+        return await asyncio.gather(*(env.rollout(scripted_client(["done"]), MODEL,
+                                                  Scenario(id=f"s{i}", user_message="hi"), config) for i in range(10)))
+
+    trajectories = asyncio.run(together())
+    assert [t.error for t in trajectories] == [None] * 10
+    times = sorted(float(line) for line in starts.read_text().split())
+    assert len(times) == 10
+    for first, third in zip(times, times[2:]):  # a third process starts only once one of two has listed its tools
+        assert third >= first + 1.0
+
+
 @pytest.mark.parametrize("limit, overlap", [(1, False), (2, True)])
 def test_max_concurrent_calls_bounds_the_calls_in_flight_across_rollouts(limit, overlap):
     import asyncio

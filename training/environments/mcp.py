@@ -9,7 +9,9 @@ environment's: only the agent's own turns train.
 Sessions: one MCP session per trajectory, opened when the rollout starts and closed when it ends on every path
 (answer, turn limit, fault, cancel). Trajectories never share server state, so stateful servers work and one
 crashed session spoils one trajectory; the price is one handshake (for stdio, one process) per trajectory.
-Calls to one server are limited to `max_concurrent_calls` at a time across the run's rollouts.
+Calls to one server are limited to `max_concurrent_calls` at a time across the run's rollouts, and session starts
+to `max_concurrent_starts`: a step's rollouts all start together, and as many stdio processes starting at once on
+a busy worker could each exceed `startup_timeout_s`, which counts from when a start gets its turn.
 
 A server fault mid-rollout (hang, crash, protocol garbage) ends that trajectory with `error` set (kept with its
 messages, never trained on) and counts as a failed rollout under the run's `max_rollout_failures`. A tool's own
@@ -41,6 +43,8 @@ class McpOptions(BaseModel):
     per_call_timeout_s: float = Field(30.0, gt=0, le=600, description="One tool call; longer is a hung server.")
     max_result_chars: int = Field(4000, ge=100, le=200_000, description="A longer tool result is cut.")
     max_concurrent_calls: int = Field(8, ge=1, le=256, description="Tool calls in flight to the server at once.")
+    max_concurrent_starts: int = Field(4, ge=1, le=256, description="Sessions starting (for stdio: processes "
+                                       "starting) at once; the others wait their turn before startup_timeout_s.")
     answer_tool: str | None = Field("answer", description="Calling this tool ends the rollout; its `text` and "
                                     "`sources` arguments are the answer. null: the answer is the last plain reply.")
     reward: Literal["none", "reference"] = Field("none", description="reference: verifiable reward against the "
@@ -66,13 +70,15 @@ class McpEnvironment(Environment):
 
     def __init__(self) -> None:
         self._limit: anyio.Semaphore | None = None
+        self._starts: anyio.Semaphore | None = None
 
     def _session(self, options: McpOptions) -> Any:
-        if self._limit is None:
+        if self._limit is None or self._starts is None:
             self._limit = anyio.Semaphore(options.max_concurrent_calls)
+            self._starts = anyio.Semaphore(options.max_concurrent_starts)
         return open_session(options.server, startup_timeout_s=options.startup_timeout_s,
                             per_call_timeout_s=options.per_call_timeout_s,
-                            max_result_chars=options.max_result_chars, limit=self._limit)
+                            max_result_chars=options.max_result_chars, limit=self._limit, starts=self._starts)
 
     async def launch(self, options: BaseModel) -> list[dict[str, Any]]:
         """Lists and validates the server's tools; a McpServerError refuses the run."""

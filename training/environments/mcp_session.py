@@ -216,14 +216,19 @@ async def _transport(stack: AsyncExitStack, spec: StdioServer | HttpServer, time
 
 @asynccontextmanager
 async def open_session(spec: StdioServer | HttpServer, *, startup_timeout_s: float, per_call_timeout_s: float,
-                       max_result_chars: int, limit: anyio.Semaphore | None = None) -> AsyncIterator[McpSession]:
+                       max_result_chars: int, limit: anyio.Semaphore | None = None,
+                       starts: anyio.Semaphore | None = None) -> AsyncIterator[McpSession]:
+    """One session; `limit` bounds the calls in flight and `starts` the sessions starting, both shared by the
+    sessions of a run. The startup timeout counts from when this start gets its turn."""
     where = spec.command if isinstance(spec, StdioServer) else spec.url
     listed = False
     body_error: BaseException | None = None
     try:
         async with AsyncExitStack() as stack:
-            mcp = await _start(stack, spec, where, startup_timeout_s=startup_timeout_s,
-                               per_call_timeout_s=per_call_timeout_s, max_result_chars=max_result_chars, limit=limit)
+            async with starts if starts is not None else _nothing():
+                mcp = await _start(stack, spec, where, startup_timeout_s=startup_timeout_s,
+                                   per_call_timeout_s=per_call_timeout_s, max_result_chars=max_result_chars,
+                                   limit=limit)
             listed = True
             try:
                 yield mcp
