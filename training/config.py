@@ -200,14 +200,15 @@ class TrainerConfig(_Strict):
 
 
 class PipelineConfig(_Strict):
-    enabled: bool = Field(
-        False, description="Pipelined steps: step k+1's rollouts and their scoring run, with the newest served "
+    enabled: bool | None = Field(
+        None, description="Pipelined steps: step k+1's rollouts and their scoring run, with the newest served "
         "adapter (step k-1's), while step k trains, saves its checkpoint and loads it into the server, so a step "
         "costs the slower of the two stages instead of their sum. The rollouts are then one step stale (never "
         "more) and the loss corrects for it by truncated importance sampling (`tis_cap`). Step k+1 starts "
-        "rolling out only once step k's review (if any) is applied. Off by default: docs/engine.md gives the "
-        "measurements (bench/pipeline_bench.py). Ignored with server.gpu_sharing 'sleep' (the server sleeps "
-        "while the trainer steps)."
+        "rolling out only once step k's review (if any) is applied. Unset (the default): on when a judge "
+        "scores the run (its calls wait on the network: the overlap hides that wait), off when the environment's "
+        "reward alone does (two compute stages on the same cores: measured slower, docs/engine.md); true/false "
+        "forces it. Ignored with server.gpu_sharing 'sleep' (the server sleeps while the trainer steps)."
     )
     tis_cap: float | None = Field(
         2.0, gt=0.0, description="Pipelined steps train with truncated importance sampling at this cap (weight "
@@ -227,7 +228,7 @@ class RunConfig(_Strict):
     lora: LoraConfig = Field(default_factory=LoraConfig)
     grpo: GRPOConfig = Field(default_factory=GRPOConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
-    pipeline: PipelineConfig = Field(default_factory=PipelineConfig, description="Pipelined steps (off by default).")
+    pipeline: PipelineConfig = Field(default_factory=PipelineConfig, description="Pipelined steps (on when judged).")
     steps: int = Field(10, ge=1, le=100000)
     output_dir: str = Field("var/runs/run", description="Checkpoints and state go here.")
     seed: int = 0

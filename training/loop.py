@@ -31,7 +31,7 @@ from training.events import (CheckpointSaved, EventSink, GroupRolledOut, GroupSc
                              ReviewRequested, RunFailed,
                              RunFinished, RunStarted, StepFinished, TrainStep, null_sink)
 from training.grpo import group_advantages
-from training.pipeline import Ahead, StepRollouts
+from training.pipeline import Ahead, StepRollouts, is_pipelined, set_threads, split_cores
 from training.scenarios import load_scenarios
 from training.types import ReviewHook, Scenario, Scorer, Trajectory, TrajectoryGroup, env_reward_scorer
 
@@ -175,7 +175,7 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
 
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    scorer = scorer or env_reward_scorer
+    judged, scorer = scorer is not None, scorer or env_reward_scorer
     control = control or StaticControl()
     scenarios = load_scenarios(config)
     env = get_environment(config.environment.kind)
@@ -213,6 +213,7 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
     ahead: Ahead | None = None
     writes: list[asyncio.Future] = []
     close_endpoint: Any = None
+    threads_before: int | None = None  # torch's CPU threads before a pipelined run split the cores
 
     async def on_trainer(fn: Any, *args: Any) -> Any:
         # An in-process server's engine thread takes over the trainer's calls once it runs (see InProcessServer).
@@ -232,14 +233,15 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
             await asyncio.gather(*writes)
             writes.clear()
 
-    # A server that sleeps while the trainer steps (vLLM sleep mode) cannot roll out meanwhile: no pipelining.
-    # Nor an external agent: its process samples each step with the adapter the step announces.
-    pipelined = config.pipeline.enabled and config.server.gpu_sharing != "sleep" and not external_agent
+    pipelined = is_pipelined(config, judged=judged, external_agent=external_agent)
     trainer_options = config.trainer
     if pipelined and trainer_options.tis_cap is None:  # one-step-stale rollouts: corrected by default
         trainer_options = trainer_options.model_copy(update={"tis_cap": config.pipeline.tis_cap})
     try:
         device = pick_device(config.device, require_gpu=config.trainer.require_gpu)
+        cores = split_cores(pipelined, config.server.kind, device)
+        if cores is not None:  # before the trainer thread computes: it takes the count up when it starts
+            threads_before = set_threads(cores[1])
         trainer = await on_trainer(lambda: Trainer(config.base_model, config.lora, config.grpo, device=device,
                                                    seed=config.seed, options=trainer_options,
                                                    temperature=config.sampling.temperature))
@@ -258,7 +260,8 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
             await on_trainer(lambda: trainer.load(Path(config.init_checkpoint), optimizer=False))
         if rank > 0:
             return await follow_rank0(trainer, on_trainer, start)
-        server = start_server(config.server, config.base_model, out / "server.log", device=device)
+        server = start_server(config.server, config.base_model, out / "server.log", device=device,
+                              threads=cores[0] if cores else 0)
         model = server.model_name
         if checkpoint:
             server.load_adapter(checkpoint.adapter_name, checkpoint.path)
@@ -410,6 +413,8 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
             server.stop()
         writer.shutdown(wait=True)
         trainer_thread.shutdown(wait=True)
+        if threads_before is not None:
+            set_threads(threads_before)
     status = "completed" if step > config.steps else "cancelled"
     steps_done = checkpoint.step if checkpoint else 0
     sink(RunFinished(status=status, steps_done=steps_done))

@@ -1,5 +1,10 @@
 """Pipelined steps (`pipeline.enabled`): the next step's rollouts run while this step trains.
 
+By default (`enabled` unset) a run is pipelined when a judge scores it: judge calls wait on the network, and
+that wait is what the overlap hides. With the environment's reward alone both stages are compute, and on one
+CPU they compete for the same cores: the CPU demo measured 1.4-2.5x slower pipelined (docs/engine.md). A local
+server on the trainer's CPU then gets half the cores and the trainer the other half (`split_cores`).
+
 The loop asks for a step's rollouts with `Ahead.take`: they are either the ones started one step ago (and kept
 running meanwhile) or started now. The next step's rollouts start with the adapter served now: without a review
 hook, as soon as this step's last group is rolled out (so they overlap this step's judging as well as its
@@ -15,9 +20,41 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Awaitable, Callable
+from typing import TYPE_CHECKING, Awaitable, Callable
 
 from training.types import TrajectoryGroup
+
+if TYPE_CHECKING:
+    from training.config import RunConfig
+
+
+def is_pipelined(config: RunConfig, *, judged: bool, external_agent: bool) -> bool:
+    """`pipeline.enabled`, or unset: whether a judge scores the run. Never with a server that sleeps while the
+    trainer steps (vLLM sleep mode: it cannot roll out meanwhile), nor for an external agent, whose process
+    samples each step with the adapter that step announces."""
+    wanted = judged if config.pipeline.enabled is None else config.pipeline.enabled
+    return wanted and config.server.gpu_sharing != "sleep" and not external_agent
+
+
+def split_cores(pipelined: bool, server_kind: str, device: str) -> tuple[int, int] | None:
+    """(server threads, trainer threads) where a pipelined run's local server computes on the trainer's CPU:
+    half the cores each. Both at torch's default, two OpenMP teams wait on each other's spinning threads: the
+    CPU demo's pipelined run took 2.1-2.5x the sequential one's time, 1.03x split (docs/engine.md)."""
+    if not pipelined or server_kind != "local" or device != "cpu":
+        return None
+    import torch
+
+    cores = torch.get_num_threads()
+    return max(1, cores // 2), max(1, cores - cores // 2)
+
+
+def set_threads(count: int) -> int:
+    """Sets torch's CPU threads for this process (threads started later take it up); returns the old count."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    return before
 
 
 @dataclass

@@ -63,8 +63,8 @@ async def by_position(group):
 @pytest.mark.parametrize("server_kind", ["local", "inprocess"])
 def test_each_step_trains_checkpoints_and_serves_the_new_adapter(tiny_model_dir, tmp_path, server_kind):
     events = Recorder()
-    summary = run(small_config(tiny_model_dir, tmp_path, server={"kind": server_kind}), scorer=by_position,
-                  sink=events)
+    config = small_config(tiny_model_dir, tmp_path, server={"kind": server_kind}, pipeline={"enabled": False})
+    summary = run(config, scorer=by_position, sink=events)
     assert [e.model for e in events.of(GroupRolledOut)] == ["base", "base", "t@1", "t@1"]
     assert [e.metrics["adapter"] for e in events.of(StepFinished)] == ["t@1", "t@2"]
     assert (tmp_path / "checkpoints" / "step_0002" / "adapter_model.safetensors").exists()
@@ -282,7 +282,8 @@ def test_pause_holds_the_loop_until_resumed(tiny_model_dir, tmp_path):
         if isinstance(event, GroupRolledOut) and event.step == 2 and "next" not in times:
             times["next"] = time.monotonic()
 
-    summary = run(small_config(tiny_model_dir, tmp_path), sink=sink, control=control)
+    # Sequential: a pipelined loop has step 2's rollouts under way before step 1 finishes (test_pipeline.py).
+    summary = run(small_config(tiny_model_dir, tmp_path, pipeline={"enabled": False}), sink=sink, control=control)
     assert summary.status == "completed"
     assert times["next"] - times["paused"] >= 1.5
 

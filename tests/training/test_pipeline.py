@@ -3,8 +3,10 @@ the review gate, pause, cancel and resume keep every step exactly once."""
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
+from pathlib import Path
 
 from training.control import StaticControl
 from training.environments import register
@@ -76,13 +78,53 @@ def test_the_next_steps_rollouts_start_before_this_step_trains_and_are_one_step_
 def test_sequential_steps_stay_on_policy(tiny_model_dir, tmp_path):
     Clocked2048.starts = []
     events = Recorder()
-    run(small_config(tiny_model_dir, tmp_path, steps=2, environment={"kind": "clocked_2048"}), scorer=by_position,
-        sink=events)
+    run(small_config(tiny_model_dir, tmp_path, steps=2, environment={"kind": "clocked_2048"},
+                     pipeline={"enabled": False}), scorer=by_position, sink=events)
     trained = events.time_of(TrainStep, 1)
     assert sum(s < trained for s in Clocked2048.starts) == ROLLOUTS_PER_STEP
     steps = [e.metrics for e in events.of(StepFinished)]
     assert [m["staleness"] for m in steps] == [0, 0] and [m["rollout_model"] for m in steps] == ["base", "t@1"]
     assert steps[0]["is_truncated_fraction"] is None  # no correction asked for
+
+
+def test_by_default_a_judged_run_is_pipelined_and_one_on_the_environments_reward_is_not(tiny_model_dir, tmp_path):
+    judged, unjudged = Recorder(), Recorder()
+    run(small_config(tiny_model_dir, tmp_path / "judged"), scorer=by_position, sink=judged)
+    run(small_config(tiny_model_dir, tmp_path / "env"), sink=unjudged)
+    assert [e.metrics["staleness"] for e in judged.of(StepFinished)] == [0, 1]
+    assert [e.metrics["staleness"] for e in unjudged.of(StepFinished)] == [0, 0]
+
+
+def _local_server_threads() -> list[int]:
+    """The --threads of the local servers this process started, read from their command lines."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            args = (stat.parent / "cmdline").read_bytes().decode().split("\0")
+        except (OSError, IndexError, ValueError):
+            continue
+        if parent == os.getpid() and "training.servers.local" in args:
+            found.append(int(args[args.index("--threads") + 1]))
+    return found
+
+
+def test_a_pipelined_run_gives_its_local_server_and_its_trainer_half_the_cores_each(tiny_model_dir, tmp_path):
+    import torch
+
+    cores = torch.get_num_threads()
+    seen = []
+
+    def sink(event):
+        if isinstance(event, StepFinished):
+            seen.append((_local_server_threads(), torch.get_num_threads()))
+
+    run(small_config(tiny_model_dir, tmp_path / "piped", pipeline={"enabled": True}), scorer=by_position, sink=sink)
+    assert seen == [([max(1, cores // 2)], max(1, cores - cores // 2))] * 2
+    assert torch.get_num_threads() == cores  # given back when the run ends
+    seen.clear()
+    run(small_config(tiny_model_dir, tmp_path / "seq", pipeline={"enabled": False}), scorer=by_position, sink=sink)
+    assert seen == [([0], cores)] * 2  # sequential: the two take turns, each with every core (0: torch's default)
 
 
 def test_with_a_review_the_next_steps_rollouts_wait_for_it(tiny_model_dir, tmp_path):

@@ -172,8 +172,9 @@ def spawn(command: list[str], env: dict[str, str], log_path: Path) -> subprocess
 
 
 def start_server(config: ServerConfig, base_model: str, log_path: Path, *, device: str = "cpu",
-                 served_name: str = "base") -> Any:
-    """An `InferenceServer`, or for `inprocess` an `InProcessServer` with the same interface."""
+                 served_name: str = "base", threads: int = 0) -> Any:
+    """An `InferenceServer`, or for `inprocess` an `InProcessServer` with the same interface. `threads`: the
+    local server's torch CPU threads (0: torch's default)."""
     if config.kind == "inprocess":
         from training.servers.inprocess import InProcessServer
 
@@ -193,7 +194,7 @@ def start_server(config: ServerConfig, base_model: str, log_path: Path, *, devic
     else:
         command = [sys.executable, "-m", "training.servers.local", "--model", base_model, "--served-model-name",
                    served_name, "--host", config.host, "--port", str(port), "--max-lora-rank",
-                   str(config.max_lora_rank), "--device", device]
+                   str(config.max_lora_rank), "--device", device, "--threads", str(threads)]
         env = dict(os.environ)
     server = InferenceServer(f"http://{config.host}:{port}/v1", served_name, spawn(command, env, log_path), log_path)
     # Between rollouts the trainer takes the GPU: the loop puts a sleep-mode vLLM to sleep for each step.
