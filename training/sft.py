@@ -21,6 +21,7 @@ class SFTConfig:
     max_length: int = 512
     seed: int = 0
     log_every: int = 0  # 0 = silent
+    tools_share: float = 1.0  # with `tools`: the share of each batch whose prompt declares them (the rest: none)
 
 
 def pad_batch(rows: list[tuple[list[int], list[int]]], pad_id: int | None):
@@ -42,26 +43,40 @@ def pad_batch(rows: list[tuple[list[int], list[int]]], pad_id: int | None):
 
 
 def sft_train(model: Any, tokenizer: Any, conversations: list[list[dict]], config: SFTConfig,
-              tools: list[dict] | None = None) -> list[float]:
-    """Trains `model` in place; returns the loss per step. `tools` (OpenAI format) are declared in every
-    conversation's prompt, as an agent with tools sees them."""
+              tools: list[dict] | None = None, optimizer: Any = None) -> list[float]:
+    """Trains `model` in place; returns the loss per step. `tools` (OpenAI format) are declared in the prompt of
+    `config.tools_share` of each batch's conversations, as an agent with tools sees them. `optimizer` carries
+    its state over from an earlier call (its learning rate becomes `config.learning_rate`); None: a fresh AdamW."""
     import torch
 
-    rows = [encode_conversation(tokenizer, c, tools) for c in conversations]
-    rows = [(ids[: config.max_length], mask[: config.max_length]) for ids, mask in rows]
+    def encoded(declared: list[dict] | None) -> list[tuple[list[int], list[int]]]:
+        rows = [encode_conversation(tokenizer, c, declared) for c in conversations]
+        return [(ids[: config.max_length], mask[: config.max_length]) for ids, mask in rows]
+
+    with_tools = encoded(tools) if tools and config.tools_share > 0 else []
+    plain = encoded(None) if not with_tools or config.tools_share < 1 else []
+    n_tools = round(config.tools_share * config.batch_size) if with_tools else 0
     rng = random.Random(config.seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate)
+    if optimizer is None:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate)
+    for group in optimizer.param_groups:
+        group["lr"] = config.learning_rate
     model.train()
     losses: list[float] = []
     for step in range(config.steps):
-        batch = rng.sample(rows, min(config.batch_size, len(rows)))
-        input_ids, loss_mask, attention = pad_batch(batch, pad_token_id(tokenizer))
-        logits = model(input_ids=input_ids, attention_mask=attention).logits[:, :-1]  # [B, T-1, V]
-        targets, mask = input_ids[:, 1:], loss_mask[:, 1:]
-        token_loss = torch.nn.functional.cross_entropy(
-            logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1), reduction="none"
-        ).view_as(mask)
-        loss = (token_loss * mask).sum() / mask.sum().clamp(min=1)
+        picks = rng.sample(range(len(conversations)), min(config.batch_size, len(conversations)))
+        # The prompts with and without the tools differ in length by the tool list: padded apart, not together.
+        parts = [[with_tools[i] for i in picks[:n_tools]], [plain[i] for i in picks[n_tools:]]]
+        total, tokens = 0.0, 0.0
+        for rows in filter(None, parts):
+            input_ids, loss_mask, attention = pad_batch(rows, pad_token_id(tokenizer))
+            logits = model(input_ids=input_ids, attention_mask=attention).logits[:, :-1]  # [B, T-1, V]
+            targets, mask = input_ids[:, 1:], loss_mask[:, 1:]
+            token_loss = torch.nn.functional.cross_entropy(
+                logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1), reduction="none"
+            ).view_as(mask)
+            total, tokens = total + (token_loss * mask).sum(), tokens + mask.sum()
+        loss = total / max(float(tokens), 1.0)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

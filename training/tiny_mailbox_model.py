@@ -6,22 +6,22 @@ byte-level BPE tokenizer (2048 tokens, every email id one token) trained on the 
 template renders them, so a whole episode (system prompt, tools, question, three tool calls and their results)
 takes under 800 tokens.
 
-The warm-up is an SFT pass on synthetic solved episodes in the real chat format with tools. Everything the agent
-must write that depends on the task is a copy of what it has just seen, each token after the token it follows
-there: a model this small can learn to copy, it cannot recall a project's facts from nowhere (docs/mcp.md has
-what it learns in this warm-up: the keywords, on held-out questions too, not yet the id):
+The warm-up is SFT on synthetic solved episodes in the real chat format with tools. Everything the agent must
+write that depends on the task is a copy of what it has just seen, each token after the token it follows there:
+a model this small can learn to copy, it cannot recall a project's facts from nowhere:
 - search_inbox keywords: the question from the word before the project on ("the Iris site visit"), words that
   the fact email holds and no other email holds all of;
 - read_email: the id of the hit, as the search result shows it;
 - answer: the fact email's first sentence as `text` (it states the answer), its id as `sources`.
 Tool results are exactly what the server returns (the same `Mailbox` code). The episodes are the served
-mailbox's (seed 0) train scenarios and every scenario of 40 other seeds' mailboxes (other emails, other
+mailbox's (seed 0) train scenarios and every scenario of 400 other seeds' mailboxes (other emails, other
 answers) except one repeating a held-out question or answer of the served mailbox: the held-out projects' names
-are known words, but no held-out task, answer or email is ever shown (a test checks it).
+are known words, but no held-out task, answer or email is ever shown (a test checks it). With 40 seeds the
+model learnt the train answers by heart; with 400 it copies, on held-out questions too (docs/mcp.md).
 
 The SFT runs first without the tool list in the prompt (a third of the tokens, where the copying is learnt), then
-with it, as the agent sees its tools (`_passes`). Deterministic for a seed; about 20 to 25 minutes on two shared
-CPU cores (`SFT_STEPS`); tests build a quicker variant with fewer steps. No weights are downloaded.
+with it in half of each batch (`_passes`). Deterministic for a seed; about 6 minutes on two quiet CPU cores
+(`SFT_STEPS`); tests build a quicker variant with fewer steps. No weights are downloaded.
 """
 from __future__ import annotations
 
@@ -31,26 +31,23 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from training.chat_format import CHAT_TEMPLATE, END_OF_TURN
 from training.environments.mailbox_server.mailbox import PROJECTS, Mailbox, MailScenario, generate
 from training.sft import SFTConfig, sft_train
 
 MAILBOX_SYSTEM_PROMPT = ("Answer the question from the mailbox: search_inbox, read_email, then answer with the "
                          "answer and the ids of the emails it comes from.")
 SERVED_SEED = 0  # the mailbox the demo's server serves (its default --seed)
-BUILD_VERSION = 2  # bump when the recipe changes: cached builds are keyed by it
-SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", END_OF_TURN]
+BUILD_VERSION = 4  # bump when the recipe changes: cached builds are keyed by it
 MODEL_SHAPE = dict(
     hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
     max_position_embeddings=4096, initializer_range=0.1, tie_word_embeddings=True, rope_theta=10000.0,
 )
 VOCAB_SIZE = 2048
-SFT_STEPS = 300
+SFT_STEPS = 450
 BATCH_SIZE = 16
 LEARNING_RATE = 3e-3
-MIN_TOOL_STEPS = 10  # the first pass with the tool list in the prompt has at least these
 EMAILS = 300  # mailbox.generate's default count: ids m0000 to m0299
-OTHER_SEEDS = range(1, 41)
+OTHER_SEEDS = range(1, 401)
 
 
 def held_out_projects(seed: int = SERVED_SEED) -> set[str]:
@@ -100,11 +97,12 @@ def warmup_episodes(seeds: list[int] | range = OTHER_SEEDS) -> list[list[dict]]:
     """Train episodes: the served mailbox's train scenarios and other seeds' scenarios. Other seeds' mailboxes
     are other emails with other answers; only a scenario that repeats a held-out question of the served mailbox
     is left out, so the held-out projects' names are known words, but no held-out task, answer or email is seen."""
-    held = [s for s in generate(SERVED_SEED)[1] if s.split == "held_out"]
+    served = generate(SERVED_SEED)
+    held = [s for s in served[1] if s.split == "held_out"]
     questions, answers = {s.question for s in held}, {s.answer for s in held}
     episodes = []
     for seed in [SERVED_SEED, *seeds]:
-        emails, scenarios = generate(seed)
+        emails, scenarios = served if seed == SERVED_SEED else generate(seed)
         mailbox = Mailbox(emails)
         for s in scenarios:
             if (seed == SERVED_SEED and s.split != "train") or s.question in questions or s.answer in answers:
@@ -131,24 +129,12 @@ def email_ids(count: int = EMAILS) -> list[str]:
 
 
 def build_tokenizer(corpus: list[str]):
-    """A byte-level BPE over `corpus`, with every email id as one token (copying an id is copying one token)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
+    """A byte-level BPE over `corpus` (split as Qwen2's), with every email id one token (copying an id is
+    copying one token)."""
+    from training.tiny_model import build_tokenizer as bpe
 
-    ids = email_ids()
-    core = Tokenizer(models.BPE())
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    core.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=VOCAB_SIZE - len(ids), special_tokens=SPECIAL_TOKENS,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    core.train_from_iterator(corpus, trainer=trainer)
-    core.add_tokens(ids)
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=core, bos_token=None, eos_token=END_OF_TURN, pad_token="<|endoftext|>",
-        unk_token=None, model_max_length=MODEL_SHAPE["max_position_embeddings"],
-    )
-    tokenizer.chat_template = CHAT_TEMPLATE
-    return tokenizer
+    return bpe(corpus, vocab_size=VOCAB_SIZE, whole_tokens=email_ids(),
+               max_length=MODEL_SHAPE["max_position_embeddings"])
 
 
 def _tokenizer_for(episodes: list[list[dict]], tools: list[dict]):
@@ -161,17 +147,21 @@ def _tokenizer_for(episodes: list[list[dict]], tools: list[dict]):
     return build_tokenizer(rendered + [" ".join(PROJECTS)] * 20)
 
 
-def _passes(sft_steps: int, seed: int) -> list[tuple[int, int, bool, int]]:
-    """(steps, batch size, tool list in the prompt, sampling seed) of each SFT pass; each has a fresh optimiser.
-    With the tools the loss first jumps (the prompt is three times longer), so two passes re-settle it."""
-    tool_steps = max(MIN_TOOL_STEPS, sft_steps // 10)
-    return [(sft_steps, BATCH_SIZE, False, seed), (tool_steps, 8, True, seed), (2 * tool_steps, 8, True, seed + 1)]
+def _passes(sft_steps: int, seed: int) -> list[SFTConfig]:
+    """The copying is learnt without the tool list in the prompt (a third of the tokens): `sft_steps` at
+    LEARNING_RATE. Then a third as many steps at a third of the rate, the same optimiser, half of each batch with
+    the tool list, carry it over to the prompt the agent sees. (A pass with the tools alone, or a fresh optimiser,
+    undid the copy: docs/mcp.md.)"""
+    return [SFTConfig(steps=sft_steps, batch_size=BATCH_SIZE, learning_rate=LEARNING_RATE, seed=seed,
+                      tools_share=0.0),
+            SFTConfig(steps=max(1, sft_steps // 3), batch_size=BATCH_SIZE, learning_rate=LEARNING_RATE / 3,
+                      seed=seed + 1, tools_share=0.5)]
 
 
 def build_tiny_mailbox_model(out_dir: str | Path, *, seed: int = 0, sft_steps: int = SFT_STEPS,
                              quiet: bool = False) -> Path:
-    """Warm-up: `sft_steps` on the episodes without the tool list in the prompt (a third of the tokens: where
-    the copying is learnt), then three tenths as many with it, as the agent sees its tools (`_passes`)."""
+    """Warm-up: `sft_steps` on the episodes without the tool list in the prompt, then a third as many with it in
+    half of each batch (`_passes`)."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -185,12 +175,10 @@ def build_tiny_mailbox_model(out_dir: str | Path, *, seed: int = 0, sft_steps: i
     model = Qwen2ForCausalLM(config)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
-    for steps, batch_size, with_tools, pass_seed in _passes(sft_steps, seed):
-        sft_train(model, tokenizer, episodes, SFTConfig(steps=steps, seed=pass_seed, batch_size=batch_size,
-                                                        learning_rate=LEARNING_RATE,
-                                                        max_length=MODEL_SHAPE["max_position_embeddings"],
-                                                        log_every=0 if quiet else 25),
-                  tools=tools if with_tools else None)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE)
+    for sft in _passes(sft_steps, seed):
+        sft.max_length, sft.log_every = MODEL_SHAPE["max_position_embeddings"], 0 if quiet else 50
+        sft_train(model, tokenizer, episodes, sft, tools=tools, optimizer=optimizer)
     tmp = out.with_name(out.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)

@@ -77,3 +77,24 @@ def test_a_changed_chat_template_is_rendered_anew_not_served_from_the_memo(tiny_
     assert render(tokenizer, messages, None, generation_prompt=False) == "[user] hi\n"
     # An edited message is a new key, whatever was rendered before.
     assert render(tokenizer, [{"role": "user", "content": "ho"}], None, generation_prompt=False) == "[user] ho\n"
+
+
+@pytest.mark.parametrize("variant", ["2048", "mailbox"])
+def test_a_tiny_tokenizer_loads_back_as_it_was_trained(tmp_path, variant):
+    # A server loads a Qwen2 model's tokenizer with Qwen2's own pre-tokenisation (transformers 5 rebuilds it,
+    # whatever tokenizer.json says): the tiny models' SFT must have used the same split, digits and all.
+    from transformers import Qwen2Config
+
+    from training import tiny_mailbox_model, tiny_model
+
+    text = ('{"id": "m0051", "date": "2024-02-28", "subject": "Iris budget approved"} room B41, TP123, '
+            '45,000 euros; Board:\n2048 128 . 4 Ünïcode')
+    build = tiny_model.build_tokenizer if variant == "2048" else tiny_mailbox_model.build_tokenizer
+    trained = build([text] * 20 + ["2024-03-01 m0007 512 1024 and some words"] * 20)
+    trained.save_pretrained(tmp_path)
+    Qwen2Config(vocab_size=len(trained)).save_pretrained(tmp_path)
+    served = AutoTokenizer.from_pretrained(tmp_path)
+    assert served(text)["input_ids"] == trained(text)["input_ids"]
+    assert trained.tokenize("2024") == ["2", "0", "2", "4"]  # digits one by one, as Qwen2 splits them
+    if variant == "mailbox":
+        assert len(trained.tokenize("m0051")) == 1 and served.decode(served("m0051")["input_ids"]) == "m0051"
