@@ -35,6 +35,8 @@ HOSTILE = [
     ("formula-id.csv", b"id,user_message\n@SUM(1+1),fine\n", "row 2: id starts with '@'"),
     ("formula.jsonl", b'{"user_message": "+cmd|\' /C calc\'!A0"}\n', "row 1: user_message starts with '+'"),
     ("dash.csv", b"id,user_message\nq1,-2+3+cmd|' /C calc'!A0\n", "starts with '-'"),
+    ("nul.csv", b"id,user_message\nq1,hi\x00there\n", "row 2: holds a null character (U+0000)"),
+    ("nul.jsonl", b'{"user_message": "hi", "metadata": {"k": "\\u0000"}}\n', "row 1: holds a null character"),
 ]
 
 

@@ -19,6 +19,7 @@ from webapp.live.evaluation_events import alert_payload, evaluation_failed_paylo
 from webapp.live.publish import publish
 from webapp.models import Checkpoint, JudgeCall, Run, RunEvent, RunStatus, Scenario, Step, Trajectory, TrajectoryGroup
 from webapp.models.runs import ACTIVE_STATUSES
+from webapp.storable import storable
 
 log = logging.getLogger(__name__)
 EXPLANATION_PREVIEW = 600
@@ -37,10 +38,13 @@ def _count(value: Any) -> int | None:
 
 
 def _clean(value: Any) -> Any:
+    """JSON the database keeps: no NaN (see `_num`), no U+0000 (see webapp.storable)."""
     if isinstance(value, float):
         return _num(value)
+    if isinstance(value, str):
+        return storable(value)
     if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
+        return {storable(str(k)): _clean(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_clean(v) for v in value]
     return value
@@ -87,6 +91,7 @@ def run_app_event_publish(*, run_id: int, kind: str, payload: dict[str, Any]) ->
 
 
 def run_event_ingest(*, run_id: int, event: dict[str, Any]) -> RunEvent:
+    event = _clean(event)  # the model's, the judge's and the tools' text, as every handler stores it
     kind = str(event.get("kind", ""))
     handler = _HANDLERS.get(kind)
     with transaction.atomic():

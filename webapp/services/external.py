@@ -17,6 +17,7 @@ from training.external import StaleModel, UnsampledTurn, assemble_trajectory
 from webapp.live.ingest import run_app_event_publish
 from webapp.models import ExternalCall, ExternalClient, ExternalGroup, ExternalTrajectory, ProjectToken, Run
 from webapp.selectors.external import CONNECTED_S, rollouts_open_step
+from webapp.storable import storable
 
 ID_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
@@ -76,9 +77,9 @@ def external_call_record(*, run: Run, trajectory_key: str, request: dict[str, An
     usage = completion.get("usage") or {}
     return ExternalCall.objects.create(
         run=run, trajectory_key=trajectory_key,
-        model=str(completion.get("model") or request.get("model") or "")[:300],
-        request={"messages": request.get("messages") or [], "tools": request.get("tools")},
-        choices=[_choice_record(c) for c in completion.get("choices") or [] if isinstance(c, dict)],
+        model=storable(str(completion.get("model") or request.get("model") or "")[:300]),
+        request=storable({"messages": request.get("messages") or [], "tools": request.get("tools")}),
+        choices=storable([_choice_record(c) for c in completion.get("choices") or [] if isinstance(c, dict)]),
         completion_tokens=int(usage.get("completion_tokens") or 0))
 
 
@@ -115,6 +116,7 @@ def external_group_submit(*, user, token: Any, run: Run, step: int, group_index:
             f"; step {open_step} is" if open_step is not None else "; the run is waiting for no groups now"))
     wanted = wanted_event.payload
     _checked(run, wanted, group_index, trajectories)
+    trajectories = storable(trajectories)  # as their recorded calls were stored, so the turns still match
     if ExternalGroup.objects.filter(run=run, step=step, group_index=group_index).exists():
         raise ExternalRefusal(f"group {group_index} of step {step} was submitted already")
     used = set(ExternalTrajectory.objects.filter(run=run, key__in=[t["id"] for t in trajectories])

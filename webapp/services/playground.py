@@ -26,6 +26,7 @@ from webapp.services.access import require_role
 from webapp.services.catalogue import _clean_criteria, rubric_version_create
 from webapp.services.run_config import judge_options
 from webapp.services.secrets import secret_decrypt
+from webapp.storable import storable
 
 log = logging.getLogger(__name__)
 MAX_GROUPS = 50
@@ -243,7 +244,8 @@ def _execute(rescore_id: int) -> str:
         engine_groups = [_engine_group(g, members[g.id]) for g in groups]
         results = asyncio.run(_score_all(scorer, engine_groups, [[t.label for t in members[g.id]] for g in groups]))
     except Exception as err:  # noqa: BLE001 - shown on the playground page, never dropped
-        Rescore.objects.filter(pk=rescore_id).update(status=Rescore.Status.FAILED, error=f"{type(err).__name__}: {err}",
+        Rescore.objects.filter(pk=rescore_id).update(status=Rescore.Status.FAILED,
+                                                     error=storable(f"{type(err).__name__}: {err}"),
                                                      finished_at=timezone.now())
         return Rescore.Status.FAILED
     records = []
@@ -270,7 +272,7 @@ def _execute(rescore_id: int) -> str:
         "rank_changes": sum(r["rank_changes"] for r in records),
         "stored_with": ", ".join(sorted({part for r in records for part in r["scored_with"].split(", ")})),
     }
-    Rescore.objects.filter(pk=rescore_id).update(status=Rescore.Status.DONE, results=records, summary=summary,
+    Rescore.objects.filter(pk=rescore_id).update(status=Rescore.Status.DONE, results=storable(records), summary=summary,
                                                  finished_at=timezone.now())
     return Rescore.Status.DONE
 

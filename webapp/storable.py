@@ -1,0 +1,24 @@
+"""Text as the database can keep it.
+
+PostgreSQL's text and jsonb types cannot hold U+0000, and a model, a judge, a tool or a user's client can produce
+it (a byte-level tokenizer has a token for byte 0). What they said is kept, not refused: a scored trajectory must
+not be lost over one character. `storable` puts U+FFFD (the replacement character) in its place, on every backend
+alike, so SQLite and PostgreSQL show the same text. Token ids are ints and stay as sampled (DESIGN §8.6).
+People's own input is refused instead, as Django's forms refuse it ("Null characters are not allowed").
+"""
+from __future__ import annotations
+
+from typing import Any
+
+NUL, REPLACEMENT = "\x00", "\ufffd"
+
+
+def storable(value: Any) -> Any:
+    """`value` with U+0000 replaced in every string, dict keys included; lists, tuples and dicts are rebuilt."""
+    if isinstance(value, str):
+        return value.replace(NUL, REPLACEMENT) if NUL in value else value
+    if isinstance(value, dict):
+        return {storable(k): storable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [storable(v) for v in value]
+    return value
