@@ -1,6 +1,7 @@
 """Does the mailbox demo's held-out success rate rise over the run? The curve, measured against the base.
 
     python -m bench.mailbox_curve [--steps 20] [--seeds 0 1] [--every 5] [--samples 4] [--out FILE.json]
+                                  [--grpo '{"epochs_per_step": 4}']
 
 Runs `python -m training demo --task mailbox` in-process for each seed: the tiny mailbox model
 (training/tiny_mailbox_model.py) against the example mailbox server over stdio, trained on the verifiable
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import sys
 from pathlib import Path
@@ -58,6 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=4)
     parser.add_argument("--model-dir", default=str(ROOT / "var" / "tiny-mailbox-model"))
     parser.add_argument("--out", help="also write the curves as JSON here")
+    parser.add_argument("--runs-dir", default=str(ROOT / "var" / "bench" / "mailbox"),
+                        help="each seed's run goes to RUNS_DIR/seed-N, emptied first (a left-over run would resume)")
+    parser.add_argument("--grpo", type=json.loads, default={},
+                        help="GRPO settings over the demo's, as JSON (a sweep: learning_rate, epochs_per_step, ...)")
     args = parser.parse_args(argv)
     model_dir = ensure_tiny_mailbox_model(args.model_dir)
     curves: dict[int, list[dict]] = {}
@@ -78,9 +84,13 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[mailbox_curve] seed {seed} step {event.step}: train reward {train_rewards[-1]:.3f}",
                       file=sys.stderr, flush=True)
 
-        config = mailbox_demo_config(out_dir=ROOT / "var" / "bench" / "mailbox" / f"seed-{seed}", steps=args.steps,
+        out_dir = Path(args.runs_dir) / f"seed-{seed}"
+        shutil.rmtree(out_dir, ignore_errors=True)
+        config = mailbox_demo_config(out_dir=out_dir, steps=args.steps,
                                      model_dir=model_dir, seed=seed, eval_every=args.every,
                                      eval_samples=args.samples)
+        if args.grpo:  # validated as the run config validates it: an unknown key is an error, not ignored
+            config = config.model_validate({**config.model_dump(), "grpo": {**config.grpo.model_dump(), **args.grpo}})
         run(config, sink=sink)
         curves[seed] = points
         print(json.dumps({"seed": seed, "train_reward": train_rewards, "curve": points}), flush=True)

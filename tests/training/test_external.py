@@ -116,7 +116,7 @@ class Agent:
         if isinstance(event, RolloutsWanted):
             self.wanted.put_nowait(event)
 
-    async def one(self, client, wanted: RolloutsWanted, group: dict) -> dict:
+    async def one(self, client, wanted: RolloutsWanted, group: dict, k: int) -> dict:
         messages = [{"role": "system", "content": wanted.system_prompt},
                     {"role": "user", "content": group["scenario"]["user_message"]}]
         response = await client.chat.completions.create(
@@ -128,7 +128,8 @@ class Agent:
              "token_ids": choice.model_extra["token_ids"], "logprobs": [c.logprob for c in choice.logprobs.content],
              "finish_reason": choice.finish_reason}], "completion_tokens": response.usage.completion_tokens}
         self.sampled.setdefault((wanted.step, group["group_index"]), []).append(choice.model_extra["token_ids"])
-        reward = len(set(choice.message.content)) / 10  # something that varies within a group
+        # Distinct within a group, so no trajectory's advantage is 0 (those train nothing and would be left out).
+        reward = (k + 1) / wanted.group_size
         return assemble_trajectory(scenario_id=group["scenario"]["id"], calls=[call], messages=None, reward=reward,
                                    metadata={"agent": "test"}, model=wanted.model, allow_unsampled=False)
 
@@ -141,7 +142,7 @@ class Agent:
             for group in wanted.groups:
                 if (wanted.step, group["group_index"]) in self.leave_out:
                     continue
-                trajectories = [await self.one(client, wanted, group) for _ in range(wanted.group_size)]
+                trajectories = [await self.one(client, wanted, group, k) for k in range(wanted.group_size)]
                 await asyncio.sleep(max(0.0, asked + self.hand_in_after_s - time.monotonic()))
                 self.inbox.put(wanted.step, group["group_index"], trajectories)
 
