@@ -92,7 +92,7 @@ def test_asking_for_a_model_the_server_does_not_serve_is_an_error(server):
 
 
 def test_a_groups_identical_first_turns_reach_the_server_as_one_request_with_n_choices(server):
-    from training.loop import rollout_group
+    from training.groups import rollout_group
 
     sent = []
 
