@@ -93,14 +93,14 @@ def run_app_event_publish(*, run_id: int, kind: str, payload: dict[str, Any]) ->
 
 
 def run_event_ingest(*, run_id: int, event: dict[str, Any]) -> RunEvent:
-    event = _clean(event)  # the model's, the judge's and the tools' text, as every handler stores it
+    event = _clean(event)  # once, for every handler: no NaN, and the model's, judge's and tools' text storable
     kind = str(event.get("kind", ""))
     handler = _HANDLERS.get(kind)
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run_id)
         if handler is None:
             log.warning("run %s: unknown engine event kind %r stored as is", run_id, kind)
-            payload = _clean({k: v for k, v in event.items() if k != "kind"})
+            payload = {k: v for k, v in event.items() if k != "kind"}
         else:
             payload = handler(run, event)
         return _append(run, kind or "unknown", payload)
@@ -178,11 +178,11 @@ def _on_group_scored(run: Run, e: dict[str, Any]) -> dict[str, Any]:
     ranks = _ranked(records)
     rows = [
         Trajectory(
-            group=group, index=i, rank=ranks[i], messages=_clean(r.get("messages") or []), tools=_clean(r.get("tools")),
+            group=group, index=i, rank=ranks[i], messages=r.get("messages") or [], tools=r.get("tools"),
             env_reward=_num(r.get("env_reward")), judge_score=_num(r.get("judge_score")),
-            explanation=str(r.get("explanation") or ""), criteria=_clean(r.get("criteria") or {}),
+            explanation=str(r.get("explanation") or ""), criteria=r.get("criteria") or {},
             reward=_num(r.get("reward")), advantage=_num(r.get("advantage")), error=str(r.get("error") or ""),
-            completion_tokens=int(r.get("completion_tokens") or 0), metadata=_clean(r.get("metadata") or {}),
+            completion_tokens=int(r.get("completion_tokens") or 0), metadata=r.get("metadata") or {},
             rubric_version_id=run.rubric_version_id if r.get("judge_score") is not None else None,
             judge_model=judge_model if r.get("judge_score") is not None else "",
         )
@@ -274,7 +274,7 @@ def _on_review_applied(run: Run, e: dict[str, Any]) -> dict[str, Any]:
 def _on_train_step(run: Run, e: dict[str, Any]) -> dict[str, Any]:
     step = int(e["step"])
     _set_phase(run, f"step {step}: training")
-    return {"step": step, "metrics": _clean(e.get("metrics") or {})}
+    return {"step": step, "metrics": e.get("metrics") or {}}
 
 
 def _on_checkpoint_saved(run: Run, e: dict[str, Any]) -> dict[str, Any]:
@@ -299,7 +299,7 @@ def _criteria_means(run: Run, step: int) -> dict[str, float]:
 
 def _on_step_finished(run: Run, e: dict[str, Any]) -> dict[str, Any]:
     step = int(e["step"])
-    metrics = _clean(e.get("metrics") or {})
+    metrics = e.get("metrics") or {}
     calls = JudgeCall.objects.filter(run=run, group__step_index=step)
     costs = list(calls.filter(cached=False).values_list("cost_usd", flat=True))  # cache hits cost nothing
     cost = None if not calls.exists() or any(c is None for c in costs) else float(sum(costs))
@@ -332,7 +332,7 @@ def _on_rollouts_wanted(run: Run, e: dict[str, Any]) -> dict[str, Any]:
     _set_phase(run, f"step {step}: waiting for {len(groups)} group{'s' if len(groups) != 1 else ''} from your code",
                external_base_url=str(e.get("base_url") or "")[:500])
     # The server's address stays on the run: pages and their members are sent the rest, never where it listens.
-    return _clean({k: v for k, v in e.items() if k not in ("kind", "base_url")} | {"step": step, "groups": groups})
+    return {k: v for k, v in e.items() if k not in ("kind", "base_url")} | {"step": step, "groups": groups}
 
 
 def _on_rollouts_closed(run: Run, e: dict[str, Any]) -> dict[str, Any]:
