@@ -230,19 +230,6 @@ def test_a_step_that_is_not_open_a_group_sent_twice_a_reused_id_and_a_stale_adap
     assert ExternalGroup.objects.filter(run=run).count() == 1
 
 
-def test_a_calls_record_goes_once_its_trajectory_is_submitted_and_the_rest_when_the_run_finishes(step_one):
-    run, model, client = step_one
-    for key in ("a1", "a2", "abandoned"):
-        recorded(run, key, "four", model=model)
-    assert submit(client, run, {"step": 1, "group_index": 0, "trajectories": [{"id": "a1"}, {"id": "a2"}]}
-                  ).status_code == 201
-    assert list(ExternalCall.objects.filter(run=run).values_list("trajectory_key", flat=True)) == ["abandoned"]
-    group = ExternalGroup.objects.get(run=run)  # what the calls held lives on in the group
-    assert [(t["turn_token_ids"], t["messages"][-1]["content"]) for t in group.trajectories] == [([[5, 6]], "four")] * 2
-    run_event_ingest(run_id=run.id, event={"kind": "run_finished", "status": "completed", "steps_done": 1})
-    assert not ExternalCall.objects.filter(run=run).exists()
-
-
 def test_a_turn_the_model_never_sampled_is_a_422_unless_the_run_allows_it():
     run = external_run()
     model = open_step(run)

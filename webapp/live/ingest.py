@@ -17,9 +17,7 @@ from django.utils import timezone
 
 from webapp.live.evaluation_events import alert_payload, evaluation_failed_payload, evaluation_payload
 from webapp.live.publish import publish
-from webapp.models import (
-    Checkpoint, ExternalCall, JudgeCall, Run, RunEvent, RunStatus, Scenario, Step, Trajectory, TrajectoryGroup,
-)
+from webapp.models import Checkpoint, JudgeCall, Run, RunEvent, RunStatus, Scenario, Step, Trajectory, TrajectoryGroup
 from webapp.models.runs import ACTIVE_STATUSES
 from webapp.storable import storable
 
@@ -313,7 +311,6 @@ def _on_run_finished(run: Run, e: dict[str, Any]) -> dict[str, Any]:
     status = RunStatus.CANCELLED if e.get("status") == "cancelled" else RunStatus.COMPLETED
     if run.status in ACTIVE_STATUSES:
         _set_phase(run, "", status=status, finished_at=timezone.now())
-    ExternalCall.objects.filter(run=run).delete()  # calls never submitted: a finished run takes no more groups
     return {"status": str(e.get("status")), "steps_done": int(e.get("steps_done", run.steps_done))}
 
 

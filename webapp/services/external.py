@@ -147,8 +147,6 @@ def external_group_submit(*, user, token: Any, run: Run, step: int, group_index:
                 token=token if isinstance(token, ProjectToken) else None)
             ExternalTrajectory.objects.bulk_create(ExternalTrajectory(run=run, group=group, key=t["id"])
                                                    for t in trajectories)
-            # Each call lives on in its trajectory (messages, token ids, log-probs): its recorded row is done with.
-            ExternalCall.objects.filter(run=run, trajectory_key__in=[t["id"] for t in trajectories]).delete()
             run_app_event_publish(run_id=run.pk, kind="rollouts_submitted", payload={
                 "step": step, "group_index": group_index, "trajectories": len(assembled)})
     except IntegrityError:  # a submission of the same group or ids that won a race with this one
