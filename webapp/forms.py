@@ -12,6 +12,7 @@ from django.core.exceptions import ValidationError
 from webapp.models import Agent, JudgeConfig, McpServer, Role, RubricVersion, Scenario
 from webapp.models.catalogue import MESSAGE_MAX, PROMPT_MAX
 from webapp.services import run_config as defaults
+from webapp.storable import holds_nul
 
 ENVIRONMENT_KINDS = [("chat", "chat: answer the scenario"), ("tools", "tools: function calling"),
                      ("game_2048", "game_2048: play 2048 (verifiable reward)"),
@@ -41,6 +42,8 @@ class JSONObjectField(forms.CharField):
             raise ValidationError(f"not valid JSON: {err.msg} (line {err.lineno}, column {err.colno})") from None
         if not isinstance(parsed, dict):
             raise ValidationError("must be a JSON object, e.g. {\"key\": \"value\"}")
+        if holds_nul(parsed):  # "\u0000" in JSON text passes CharField's own check on the raw text
+            raise ValidationError("holds a null character (U+0000); remove it")
         return parsed
 
     def prepare_value(self, value: Any) -> str:

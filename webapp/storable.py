@@ -4,7 +4,8 @@ PostgreSQL's text and jsonb types cannot hold U+0000, and a model, a judge, a to
 it (a byte-level tokenizer has a token for byte 0). What they said is kept, not refused: a scored trajectory must
 not be lost over one character. `storable` puts U+FFFD (the replacement character) in its place, on every backend
 alike, so SQLite and PostgreSQL show the same text. Token ids are ints and stay as sampled (DESIGN §8.6).
-People's own input is refused instead, as Django's forms refuse it ("Null characters are not allowed").
+People's own input is refused instead (`holds_nul`), as Django's forms refuse it in text ("Null characters are not
+allowed"): the upload's rows, the forms' JSON fields and the API's JSON bodies (webapp.api.parsers).
 """
 from __future__ import annotations
 
@@ -22,3 +23,8 @@ def storable(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [storable(v) for v in value]
     return value
+
+
+def holds_nul(value: Any) -> bool:
+    """Whether a string anywhere in `value` (dict keys included) holds U+0000."""
+    return storable(value) != value

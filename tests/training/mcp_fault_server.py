@@ -2,7 +2,7 @@
 
 `python mcp_fault_server.py MODE` serves over stdio. MODE: ok | exit (dies before the handshake) |
 silent (never answers the handshake) | slow (starts serving after 1 s) | bad_schema (lists a tool whose input
-schema is invalid). $FAULT_SERVER_STARTS names a file it appends its start time to.
+schema is invalid) | nul (echo's description holds U+0000). $FAULT_SERVER_STARTS names a file it appends its start time to.
 $FAULT_SERVER_PIDS names a file it appends its pid to. Its tools: echo(text), nap(seconds) (returns its start and end times), fail() (a tool error), hang() (never returns), crash() (the process dies mid-call),
 garbage() (writes a line that is not JSON-RPC to stdout, then nothing).
 """
@@ -81,5 +81,7 @@ def garbage() -> str:
 
 if mode == "bad_schema":
     server._tool_manager.get_tool("echo").parameters = {"type": "object", "properties": {"text": {"type": 12}}}
+if mode == "nul":
+    server._tool_manager.get_tool("echo").description = "Echo\x00 the text."
 
 server.run("stdio")

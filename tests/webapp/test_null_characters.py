@@ -96,3 +96,53 @@ def test_a_playground_judge_that_explains_with_nul_finishes_its_rescore(judge_do
     rescore = Rescore.objects.get(pk=created.json()["id"])
     assert rescore.status == "done", rescore.error
     assert all(KEPT in t["explanation"] for t in rescore.results[0]["trajectories"])
+
+
+def test_a_persons_json_with_nul_is_refused_by_the_api_and_the_forms_and_nothing_is_stored(client):
+    """DRF's and Django's text fields refuse U+0000; JSON fields took it ("\\u0000") on to PostgreSQL: a 500."""
+    from rest_framework.test import APIClient
+
+    from tests.webapp.factories import project_factory, scenario_set_factory
+    from webapp.models import Agent, Scenario
+
+    project = project_factory()
+    scenario_set = scenario_set_factory(project=project, scenarios=1)
+    api = APIClient()
+    api.force_authenticate(project.owner)
+    response = api.post(f"/api/scenario-sets/{scenario_set.pk}/scenarios/",
+                        {"user_message": "Where?", "metadata": {"note": f"a{NUL}b"}}, format="json")
+    assert response.status_code == 400 and "U+0000" in response.json()["detail"]
+    response = api.post("/api/agents/", {"project": project.pk, "name": "a", "base_model": "var/tiny-model",
+                                         "environment_kind": "tools",
+                                         "environment_options": {f"tools{NUL}": ["calculator"]}}, format="json")
+    assert response.status_code == 400 and "U+0000" in response.json()["detail"]
+    assert Scenario.objects.filter(scenario_set=scenario_set).count() == 1 and not Agent.objects.exists()
+
+    client.force_login(project.owner)
+    page = client.post(f"/projects/{project.pk}/agents/new/", {
+        "name": "b", "base_model": "var/tiny-model", "environment_kind": "tools",
+        "environment_options": '{"tools": ["calculator\\u0000"]}', "temperature": 1.0, "top_p": 1.0,
+        "max_tokens": 256})
+    assert page.status_code == 400 and "holds a null character (U+0000)" in page.content.decode()
+    assert not Agent.objects.exists()
+    # The same body without the character is taken: the refusal is about the character alone.
+    response = api.post(f"/api/scenario-sets/{scenario_set.pk}/scenarios/",
+                        {"user_message": "Where?", "metadata": {"note": "ab"}}, format="json")
+    assert response.status_code == 201, response.content
+
+
+def test_tools_a_server_lists_with_nul_are_kept_with_the_replacement_character():
+    import sys
+
+    from tests.training.mcp_helpers import FAULT_SERVER
+    from tests.webapp.factories import project_factory
+    from webapp.services import mcp_servers as svc
+
+    project = project_factory()
+    server = svc.mcp_server_create(user=project.owner, project=project, name="faults", transport="stdio",
+                                   command=sys.executable, args=[FAULT_SERVER, "nul"])
+    result = svc.mcp_server_test(user=project.owner, server=server)
+    assert result.ok, result.error
+    server.refresh_from_db()
+    echo = next(t["function"] for t in server.tools if t["function"]["name"] == "echo")
+    assert echo["description"] == f"Echo{KEPT} the text."

@@ -7,12 +7,12 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
-from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from webapp.selectors import access, review as review_selectors
 from webapp.api import serializers as s
+from webapp.api.parsers import InputJSONParser
 from webapp.models import JudgeConfig, Rescore, Role, RubricVersion
 from webapp.services import playground as playground_services
 from webapp.services import review as review_services
@@ -38,7 +38,7 @@ class TrajectoryReviewActions:
 
 class GroupReviewActions:
     @extend_schema(request=s.ReorderSerializer, responses={201: s.ScoreOverrideSerializer(many=True)})
-    @action(detail=True, methods=["post"], parser_classes=[JSONParser])  # `order` is a list: JSON only
+    @action(detail=True, methods=["post"], parser_classes=[InputJSONParser])  # `order` is a list: JSON only
     def reorder(self, request: Request, pk=None) -> Response:
         group = self.get_object()
         body = s.ReorderSerializer(data=request.data)
@@ -120,7 +120,7 @@ class RescoreViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin):
         return Response(s.RescoreSerializer(rescore).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=s.SaveVersionSerializer, responses={201: s.RubricVersionSerializer})
-    @action(detail=True, methods=["post"], url_path="save-version", parser_classes=[JSONParser])
+    @action(detail=True, methods=["post"], url_path="save-version", parser_classes=[InputJSONParser])
     def save_version(self, request: Request, pk=None) -> Response:
         rescore = self.get_object()
         body = s.SaveVersionSerializer(data=request.data)

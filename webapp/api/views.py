@@ -7,13 +7,14 @@ from django.db.models import Prefetch
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from webapp.selectors import access, runs as run_selectors
 from webapp.api import serializers as s
 from webapp.api.pagination import query_int
+from webapp.api.parsers import InputJSONParser
 from webapp.api.review_views import GroupReviewActions, RescoreViewSet, RunReviewActions, TrajectoryReviewActions
 from webapp.models import (
     Agent, JudgeConfig, McpServer, Project, Role, Rubric, RubricVersion, Run, ScenarioSet, Trajectory, TrajectoryGroup,
@@ -125,7 +126,7 @@ class RubricViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Cre
         serializer.instance = catalogue_services.rubric_create(user=self.request.user, project=project, **data)
 
     @extend_schema(request=s.RubricVersionSerializer, responses={201: s.RubricVersionSerializer})
-    @action(detail=True, methods=["post"], parser_classes=[JSONParser])
+    @action(detail=True, methods=["post"], parser_classes=[InputJSONParser])
     def versions(self, request: Request, pk=None) -> Response:
         rubric = self.get_object()
         body = s.RubricVersionSerializer(data=request.data)

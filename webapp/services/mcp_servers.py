@@ -23,6 +23,7 @@ from webapp.mcp_hosts import McpHostNotAllowed, check_url_allowed, parse_host_ru
 from webapp.models import McpServer, Project, Role
 from webapp.services.access import require_role
 from webapp.services.secrets import secret_decrypt, secret_encrypt
+from webapp.storable import storable
 
 SERVER_FIELDS = ("name", "transport", "command", "args", "env", "url", "per_call_timeout_s", "max_result_chars",
                  "max_concurrent_calls")
@@ -221,6 +222,7 @@ def mcp_server_test(*, user, server: McpServer) -> ConnectionTest:
         tools = asyncio.run(listed())
     except McpServerError as err:
         return ConnectionTest(ok=False, error=f"{type(err).__name__}: {err}", latency_s=time.monotonic() - started)
+    tools = storable(tools)  # the server's own text (webapp.storable)
     server.tools, server.tools_listed_at = tools, timezone.now()
     server.save(update_fields=["tools", "tools_listed_at", "updated_at"])
     return ConnectionTest(ok=True, tools=tools, latency_s=time.monotonic() - started)

@@ -14,7 +14,7 @@ from typing import Any
 from django.conf import settings
 
 from webapp.models.catalogue import MESSAGE_MAX, Scenario
-from webapp.storable import storable
+from webapp.storable import holds_nul
 
 COLUMNS = ("id", "user_message", "context", "reference", "split", "metadata")
 ID_MAX = 200
@@ -156,7 +156,7 @@ def _validate(raw: dict[str, Any], *, default_id: str) -> tuple[ParsedRow | None
             metadata = {}
     if not isinstance(metadata, dict):
         problems.append("metadata must be a JSON object")
-    elif storable([texts, metadata]) != [texts, metadata]:  # refused as the forms refuse it (webapp.storable)
+    elif holds_nul([texts, metadata]):  # refused as the forms refuse it (webapp.storable)
         problems.append("holds a null character (U+0000), which a scenario's text cannot; remove it")
     if problems:
         return None, problems
