@@ -5,8 +5,8 @@
 
 Runs `python -m training demo --task mailbox` in-process for each seed: the tiny mailbox model
 (training/tiny_mailbox_model.py) against the example mailbox server over stdio, trained on the verifiable
-`reference` reward of the 24 train scenarios. Every `--every` steps (and after the last) the
-held-out evaluation (training/evaluation.py) has the checkpoint and the base (adapter off) each answer the 6
+`reference` reward of the 80 train scenarios. Every `--every` steps (and after the last) the
+held-out evaluation (training/evaluation.py) has the checkpoint and the base (adapter off) each answer the 20
 held-out scenarios `--samples` times. Printed per evaluation: the mean reference reward of either side, their
 success rate (a reward above 0.5: the answer contains the reference; sources alone give 0.25) and the win rate
 against the base with its 95 % bootstrap interval over scenarios. The base is sampled afresh each time, so its
@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from training.demo import mailbox_demo_config
-from training.events import EvaluationFinished, StepFinished
+from training.events import EvaluationFinished, Event, StepFinished
 from training.loop import run
 from training.tiny_mailbox_model import ensure_tiny_mailbox_model
 
@@ -62,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="also write the curves as JSON here")
     parser.add_argument("--runs-dir", default=str(ROOT / "var" / "bench" / "mailbox"),
                         help="each seed's run goes to RUNS_DIR/seed-N, emptied first (a left-over run would resume)")
+    parser.add_argument("--events", help="also append every engine event to this file, one JSON line each (the "
+                                          "groups' trajectories: what the agent did)")
     parser.add_argument("--grpo", type=json.loads, default={},
                         help="GRPO settings over the demo's, as JSON (a sweep: learning_rate, epochs_per_step, ...)")
     args = parser.parse_args(argv)
@@ -71,7 +73,10 @@ def main(argv: list[str] | None = None) -> int:
         points: list[dict] = []
         train_rewards: list[float] = []
 
-        def sink(event: object) -> None:
+        def sink(event: Event) -> None:
+            if args.events:
+                with open(args.events, "a") as f:
+                    f.write(json.dumps({"seed": seed, **event.to_dict()}) + "\n")
             if isinstance(event, EvaluationFinished):
                 points.append(point(event))
                 p = points[-1]

@@ -1,13 +1,14 @@
 """Probe a warm-up recipe for the tiny mailbox model, outside the RL loop (a measurement, not a test).
 
-    python -m bench.mailbox_recipe_probe --seeds 400 --phase notools:900:16:3e-3 --phase mix0.5:300:16:1e-3:keep
+    python -m bench.mailbox_recipe_probe --seeds 120 --phase notools:900:16:3e-3 --phase mix0.5:300:16:1e-3:keep
 
 Each --phase is PROMPT:STEPS:BATCH:LR[:keep]: PROMPT is `notools`, `tools` or `mixF` (a share F of each batch
 with the tool list in the prompt); `keep` keeps the previous phase's optimiser. After every phase (and every
---eval-every steps) it prints, with the tool list in the prompt as the agent sees it, on the served mailbox's 6
-held-out and 24 train scenarios: per assistant turn the share of greedy-exact turns and the mean probability of
-the turn (teacher-forced), and the success rate of sampled episodes at temperature 1 (the mailbox in-process,
-4 turns of at most 56 tokens; success: the answer contains the reference).
+--eval-every steps) it prints, with the tool list in the prompt as the agent sees it, on the served mailbox's 20
+held-out scenarios and its train scenarios (12 of them for the turns, all 80 for the success): per assistant
+turn the share of greedy-exact turns and the mean probability of the turn (teacher-forced), and the success rate
+of sampled episodes at temperature 1 (the mailbox in-process, 4 turns of at most 56 tokens; success: the answer
+contains the reference).
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from pathlib import Path
 from training.chat_format import encode_conversation, pad_token_id, render
 from training.environments.mailbox_server.mailbox import Mailbox, generate
 from training.sft import pad_batch
-from training.tiny_mailbox_model import MODEL_SHAPE, _tokenizer_for, episode, warmup_episodes
+from training.tiny_mailbox_model import MODEL_SHAPE, OTHER_SEEDS, _tokenizer_for, episode, warmup_episodes
 
 TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 
@@ -128,7 +129,7 @@ def main(argv=None):
 
     from training.tiny_mailbox_model import MAILBOX_SYSTEM_PROMPT
     ap = argparse.ArgumentParser()
-    ap.add_argument("--seeds", type=int, default=400)
+    ap.add_argument("--seeds", type=int, default=len(OTHER_SEEDS))
     ap.add_argument("--phase", action="append", default=[])
     ap.add_argument("--load", help="evaluate this built model instead (no --phase)")
     ap.add_argument("--eval-every", type=int, default=300)

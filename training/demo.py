@@ -39,7 +39,7 @@ def mailbox_demo_config(*, out_dir: str | Path, steps: int = 20, model_dir: str 
                         name: str = "demo-mailbox", seed: int = 0, python: str | None = None,
                         eval_every: int = 5, eval_samples: int = 4) -> RunConfig:
     """The mailbox demo: the tiny mailbox model uses the example mailbox server over stdio, trained on the
-    verifiable `reference` reward of the 24 train scenarios, evaluated against the base on the 6 held-out ones."""
+    verifiable `reference` reward of the 80 train scenarios, evaluated against the base on the 20 held-out ones."""
     import sys
 
     from training.environments.mailbox_server.mailbox import generate, scenario_records

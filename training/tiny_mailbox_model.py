@@ -14,10 +14,10 @@ a model this small can learn to copy, it cannot recall a project's facts from no
 - read_email: the id of the hit, as the search result shows it;
 - answer: the fact email's first sentence as `text` (it states the answer), its id as `sources`.
 Tool results are exactly what the server returns (the same `Mailbox` code). The episodes are the served
-mailbox's (seed 0) train scenarios and every scenario of 400 other seeds' mailboxes (other emails, other
+mailbox's (seed 0) train scenarios and every scenario of 120 other seeds' mailboxes (other emails, other
 answers) except one repeating a held-out question or answer of the served mailbox: the held-out projects' names
-are known words, but no held-out task, answer or email is ever shown (a test checks it). With 40 seeds the
-model learnt the train answers by heart; with 400 it copies, on held-out questions too (docs/mcp.md).
+are known words, but no held-out task, answer or email is ever shown (a test checks it). With 1,200 episodes the
+model learnt the train answers by heart; with about 12,000 it copies, on held-out questions too (docs/mcp.md).
 
 The SFT runs first without the tool list in the prompt (a third of the tokens, where the copying is learnt), then
 with it in half of each batch (`_passes`). Deterministic for a seed; about 6 minutes on two quiet CPU cores
@@ -26,18 +26,18 @@ with it in half of each batch (`_passes`). Deterministic for a seed; about 6 min
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
 from training.environments.mailbox_server.mailbox import PROJECTS, Mailbox, MailScenario, generate
 from training.sft import SFTConfig, sft_train
+from training.tiny_model import built_with, save_built
 
 MAILBOX_SYSTEM_PROMPT = ("Answer the question from the mailbox: search_inbox, read_email, then answer with the "
                          "answer and the ids of the emails it comes from.")
 SERVED_SEED = 0  # the mailbox the demo's server serves (its default --seed)
-BUILD_VERSION = 4  # bump when the recipe changes: cached builds are keyed by it
+BUILD_VERSION = 5  # bump when the recipe changes: cached builds are keyed by it
 MODEL_SHAPE = dict(
     hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
     max_position_embeddings=4096, initializer_range=0.1, tie_word_embeddings=True, rope_theta=10000.0,
@@ -47,7 +47,7 @@ SFT_STEPS = 450
 BATCH_SIZE = 16
 LEARNING_RATE = 3e-3
 EMAILS = 300  # mailbox.generate's default count: ids m0000 to m0299
-OTHER_SEEDS = range(1, 401)
+OTHER_SEEDS = range(1, 121)  # 100 scenarios each (mailbox.generate)
 
 
 def held_out_projects(seed: int = SERVED_SEED) -> set[str]:
@@ -179,14 +179,7 @@ def build_tiny_mailbox_model(out_dir: str | Path, *, seed: int = 0, sft_steps: i
     for sft in _passes(sft_steps, seed):
         sft.max_length, sft.log_every = MODEL_SHAPE["max_position_embeddings"], 0 if quiet else 50
         sft_train(model, tokenizer, episodes, sft, tools=tools, optimizer=optimizer)
-    tmp = out.with_name(out.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    (tmp / "rubric_studio.json").write_text(json.dumps({"variant": "mailbox", "build_version": BUILD_VERSION,
-                                                        "seed": seed, "sft_steps": sft_steps}))
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)  # a crash mid-build never leaves a half-written model behind
+    save_built(model, tokenizer, out, **_recipe(seed, sft_steps))
     if not quiet:
         print(f"tiny mailbox model saved to {out} ({sum(p.numel() for p in model.parameters())} parameters, "
               f"{len(episodes)} warm-up episodes)", file=sys.stderr)
@@ -197,13 +190,13 @@ def ensure_tiny_mailbox_model(path: str | Path, *, seed: int = 0, sft_steps: int
     """The tiny mailbox model at `path`, built first if it is missing or from another recipe. Tests pass fewer
     `sft_steps`: a quicker build that has the episode's shape but has not learnt to copy yet."""
     p = Path(path)
-    meta = p / "rubric_studio.json"
-    if meta.exists():
-        info = json.loads(meta.read_text())
-        if info.get("variant") == "mailbox" and info.get("build_version") == BUILD_VERSION \
-                and info.get("seed") == seed and info.get("sft_steps") == sft_steps:
-            return p
+    if built_with(p, **_recipe(seed, sft_steps)):
+        return p
     return build_tiny_mailbox_model(p, seed=seed, sft_steps=sft_steps)
+
+
+def _recipe(seed: int, sft_steps: int) -> dict[str, Any]:
+    return {"variant": "mailbox", "build_version": BUILD_VERSION, "seed": seed, "sft_steps": sft_steps}
 
 
 __all__ = ["build_tiny_mailbox_model", "ensure_tiny_mailbox_model", "episode", "warmup_episodes",

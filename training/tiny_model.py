@@ -12,6 +12,7 @@ import random
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 from training.chat_format import CHAT_TEMPLATE, END_OF_TURN, render
 from training.environments import game_2048_rules as rules
@@ -123,28 +124,37 @@ def build_tiny_model(out_dir: str | Path, *, seed: int = 0, sft_steps: int = SFT
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     sft_train(model, tokenizer, games, SFTConfig(steps=sft_steps, seed=seed, log_every=0 if quiet else 20))
-    tmp = out.with_name(out.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    (tmp / "rubric_studio.json").write_text(json.dumps({"build_version": BUILD_VERSION, "seed": seed,
-                                                        "sft_steps": sft_steps}))
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)  # a crash mid-build never leaves a half-written model behind
+    save_built(model, tokenizer, out, build_version=BUILD_VERSION, seed=seed, sft_steps=sft_steps)
     if not quiet:
         print(f"tiny model saved to {out} ({sum(p.numel() for p in model.parameters())} parameters)", file=sys.stderr)
     return out
 
 
+def save_built(model: Any, tokenizer: Any, out: Path, **recipe: Any) -> None:
+    """Saves the model, its tokenizer and its `recipe` (rubric_studio.json) beside `out`, then renames the folder:
+    a crash mid-build never leaves a half-written model behind."""
+    tmp = out.with_name(out.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    (tmp / "rubric_studio.json").write_text(json.dumps(recipe))
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+
+
+def built_with(path: Path, **recipe: Any) -> bool:
+    """Whether `path` holds a model saved by `save_built` with these recipe values (a cached build to reuse)."""
+    meta = path / "rubric_studio.json"
+    if not meta.exists():
+        return False
+    info = json.loads(meta.read_text())
+    return all(info.get(key) == value for key, value in recipe.items())
+
+
 def ensure_tiny_model(path: str | Path, *, seed: int = 0) -> Path:
     """The tiny model at `path`, built first if it is missing or from an older recipe."""
     p = Path(path)
-    meta = p / "rubric_studio.json"
-    if meta.exists():
-        info = json.loads(meta.read_text())
-        if info.get("build_version") == BUILD_VERSION and info.get("seed") == seed:
-            return p
-    return build_tiny_model(p, seed=seed)
+    return p if built_with(p, build_version=BUILD_VERSION, seed=seed) else build_tiny_model(p, seed=seed)
 
 
 __all__ = ["build_tiny_model", "ensure_tiny_model", "synthetic_games", "DEMO_SYSTEM_PROMPT", "render"]

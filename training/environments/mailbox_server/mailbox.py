@@ -67,12 +67,15 @@ def _address(name: str) -> str:
 
 
 def generate(seed: int = 0, count: int = 300) -> tuple[list[Email], list[MailScenario]]:
-    """`count` emails and one scenario per fact email (every 5th scenario is held out)."""
+    """`count` emails, a third of them facts (at most one per project and kind), and one scenario per fact email
+    (every 5th scenario is held out): the default mailbox has 100 scenarios, 80 to train on and 20 held out."""
     rng = random.Random(seed)
     emails: list[Email] = []
     scenarios: list[MailScenario] = []
-    fact_slots = set(rng.sample(range(count), min(len(PROJECTS), count // 4)))
-    projects = iter(rng.sample(PROJECTS, len(PROJECTS)))
+    # Up to one fact of each kind per project: a question's words (project and kind) find its email alone.
+    kinds = [(project, kind) for project in PROJECTS for kind in range(len(FACTS))]
+    facts = iter(rng.sample(kinds, min(len(kinds), count // 3)))
+    fact_slots = set(rng.sample(range(count), min(len(kinds), count // 3)))
     for i in range(count):
         sender, to = rng.sample(PEOPLE, 2)
         date = FIRST_DAY + dt.timedelta(days=i * 300 // count)
@@ -80,8 +83,8 @@ def generate(seed: int = 0, count: int = 300) -> tuple[list[Email], list[MailSce
         fill = {"day": rng.choice(["Monday", "Tuesday", "Wednesday", "Thursday", "Friday"]),
                 "n": rng.randint(2, 9), "project": rng.choice(PROJECTS)}
         if i in fact_slots:
-            project = next(projects)
-            subject, body, question, answer = FACTS[len(scenarios) % len(FACTS)]
+            project, kind = next(facts)
+            subject, body, question, answer = FACTS[kind]
             fill |= {"project": project, "amount": f"{rng.randint(12, 95) * 1000:,}",
                      "room": f"{rng.choice('ABCDE')}{rng.randint(10, 49)}", "city": rng.choice(CITIES),
                      "flight": f"{rng.choice(['TP', 'SK', 'KQ', 'LA'])}{rng.randint(100, 999)}",
