@@ -27,4 +27,10 @@ def storable(value: Any) -> Any:
 
 def holds_nul(value: Any) -> bool:
     """Whether a string anywhere in `value` (dict keys included) holds U+0000."""
-    return storable(value) != value
+    if isinstance(value, str):
+        return NUL in value
+    if isinstance(value, dict):
+        return any(holds_nul(k) or holds_nul(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return any(holds_nul(v) for v in value)
+    return False

@@ -6,6 +6,8 @@ JSONParser: what a model sampled is kept, with U+FFFD in its place.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
 
@@ -13,7 +15,7 @@ from webapp.storable import holds_nul
 
 
 class InputJSONParser(JSONParser):
-    def parse(self, stream, media_type=None, parser_context=None):
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: dict | None = None) -> Any:
         data = super().parse(stream, media_type, parser_context)
         if holds_nul(data):
             raise ParseError("the body holds a null character (U+0000), which cannot be stored; remove it")
