@@ -119,13 +119,16 @@ def test_a_run_on_a_server_that_does_not_start_is_refused_before_anything_loads(
 def test_an_http_server_that_dies_mid_run_marks_the_trajectory(fault_table):
     from tests.training.mcp_helpers import start_http_mailbox
 
+    from training.environments.mailbox_server.mailbox import Mailbox, generate
+
+    hit = Mailbox(generate(0)[0]).search(keywords="Raven")[0]["id"]  # what the served mailbox answers
     port = free_port()
     server = start_http_mailbox(port)
 
     def die_then_read() -> list:
         server.kill()
         server.wait(timeout=30)
-        return [("read_email", {"id": "m0020"})]
+        return [("read_email", {"id": hit})]
 
     try:
         opts = options({"transport": "http", "url": f"http://127.0.0.1:{port}/mcp"}, per_call_timeout_s=10)
@@ -135,5 +138,5 @@ def test_an_http_server_that_dies_mid_run_marks_the_trajectory(fault_table):
         server.wait(timeout=30)
     assert trajectory.error.startswith("McpServerCrashed: ")
     assert [m["role"] for m in trajectory.messages] == ["user", "assistant", "tool", "assistant"]
-    assert "m0020" in trajectory.messages[2]["content"]
+    assert hit in trajectory.messages[2]["content"]
     fault_table.append(("HTTP server dies mid-run", "trajectory error: McpServerCrashed", "messages kept"))
