@@ -1,7 +1,8 @@
 """Does the mailbox demo's held-out success rate rise over the run? The curve, measured against the base.
 
     python -m bench.mailbox_curve [--steps 20] [--seeds 0 1] [--every 5] [--samples 4] [--out FILE.json]
-                                  [--grpo '{"epochs_per_step": 4}']
+                                  [--grpo '{"epochs_per_step": 4}'] [--override '{"trainer": {"dtype": "float32"}}']
+                                  [--server-url http://127.0.0.1:8765/mcp]
 
 Runs `python -m training demo --task mailbox` in-process for each seed: the tiny mailbox model
 (training/tiny_mailbox_model.py) against the example mailbox server over stdio, trained on the verifiable
@@ -48,6 +49,14 @@ def _mean(values: list[float | None]) -> float | None:
     return statistics.fmean(known) if known else None
 
 
+def _merged(base: dict, over: dict) -> dict:
+    """`over` on `base`, dictionaries merged key by key; any other value (a list, None) replaces."""
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
 def _fmt(v: float | None) -> str:
     return "  n/a" if v is None else f"{v:5.3f}"
 
@@ -66,7 +75,14 @@ def main(argv: list[str] | None = None) -> int:
                                           "groups' trajectories: what the agent did)")
     parser.add_argument("--grpo", type=json.loads, default={},
                         help="GRPO settings over the demo's, as JSON (a sweep: learning_rate, epochs_per_step, ...)")
+    parser.add_argument("--override", type=json.loads, default={},
+                        help="any run settings over the demo's, as JSON merged section by section (trainer, lora, ...)")
+    parser.add_argument("--server-url", help="use the mailbox server already serving over streamable HTTP at this URL "
+                                             "(python -m training.environments.mailbox_server --transport http): "
+                                             "one server for every trajectory instead of a process each")
     args = parser.parse_args(argv)
+    if args.grpo:
+        args.override = _merged(args.override, {"grpo": args.grpo})
     model_dir = ensure_tiny_mailbox_model(args.model_dir)
     curves: dict[int, list[dict]] = {}
     for seed in args.seeds:
@@ -94,8 +110,11 @@ def main(argv: list[str] | None = None) -> int:
         config = mailbox_demo_config(out_dir=out_dir, steps=args.steps,
                                      model_dir=model_dir, seed=seed, eval_every=args.every,
                                      eval_samples=args.samples)
-        if args.grpo:  # validated as the run config validates it: an unknown key is an error, not ignored
-            config = config.model_validate({**config.model_dump(), "grpo": {**config.grpo.model_dump(), **args.grpo}})
+        # Validated as the run config validates it: an unknown key is an error, not ignored.
+        settings = _merged(config.model_dump(), args.override)
+        if args.server_url:
+            settings["environment"]["options"]["server"] = {"transport": "http", "url": args.server_url}
+        config = config.model_validate(settings)
         run(config, sink=sink)
         curves[seed] = points
         print(json.dumps({"seed": seed, "train_reward": train_rewards, "curve": points}), flush=True)

@@ -45,24 +45,27 @@ def sample_batch(
     import torch
 
     batch, width = len(prompts), max(len(p) for p in prompts)
+    device = model.device  # the bookkeeping lives beside the model: on CUDA a CPU index is an error
     steps = max(max_tokens)
-    input_ids = torch.full((batch, width), pad_id, dtype=torch.long)
-    attention = torch.zeros((batch, width + steps), dtype=torch.long)  # grows into its tail, one column a token
+    input_ids = torch.full((batch, width), pad_id, dtype=torch.long, device=device)
+    # Grows into its tail, one column a token.
+    attention = torch.zeros((batch, width + steps), dtype=torch.long, device=device)
     for i, p in enumerate(prompts):
-        input_ids[i, width - len(p):] = torch.tensor(p)
+        input_ids[i, width - len(p):] = torch.tensor(p, device=device)
         attention[i, width - len(p):width] = 1
     positions = (attention[:, :width].cumsum(-1) - 1).clamp(min=0)
     # The per-token bookkeeping stays in tensors (one Python-level read at the end, not one per row and token).
-    tokens = torch.zeros((batch, steps), dtype=torch.long)
-    token_lps = torch.zeros((batch, steps))
-    limits = torch.tensor(max_tokens)
+    tokens = torch.zeros((batch, steps), dtype=torch.long, device=device)
+    token_lps = torch.zeros((batch, steps), device=device)
+    limits = torch.tensor(max_tokens, device=device)
     lengths = limits.clone()
-    stopped = torch.zeros(batch, dtype=torch.bool)
-    active = torch.ones(batch, dtype=torch.bool)
-    stop_tensor = torch.tensor(sorted(stop_ids), dtype=torch.long)
+    stopped = torch.zeros(batch, dtype=torch.bool, device=device)
+    active = torch.ones(batch, dtype=torch.bool, device=device)
+    stop_tensor = torch.tensor(sorted(stop_ids), dtype=torch.long, device=device)
     # One sampling call per distinct (temperature, top_p) keeps rows with different settings apart.
     settings = sorted(set(zip(temperature, top_p)))
-    rows_of = {st: torch.tensor([i for i in range(batch) if (temperature[i], top_p[i]) == st]) for st in settings}
+    rows_of = {st: torch.tensor([i for i in range(batch) if (temperature[i], top_p[i]) == st], device=device)
+               for st in settings}
     past = None
     with torch.inference_mode():
         for t in range(steps):
@@ -73,7 +76,7 @@ def sample_batch(
             if len(settings) == 1:
                 chosen = _pick(logits, *settings[0], generator)
             else:
-                chosen = torch.empty(batch, dtype=torch.long)
+                chosen = torch.empty(batch, dtype=torch.long, device=device)
                 for st in settings:
                     chosen[rows_of[st]] = _pick(logits[rows_of[st]], *st, generator)
             tokens[:, t] = chosen

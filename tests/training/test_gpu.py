@@ -63,3 +63,22 @@ def test_bf16_loss_and_gradients_agree_with_float32(small):
     assert loss16 == pytest.approx(loss32, rel=0.05, abs=1e-3)  # surrogate + beta × KL, which depends on the weights
     cosine = torch.nn.functional.cosine_similarity(g32, g16, dim=0).item()
     assert cosine > 0.98, cosine
+
+
+def test_the_local_servers_engine_samples_on_cuda(small):
+    # The engine's sampling bookkeeping (ids, masks, stop tokens, the seeded generator) lived on the CPU while the
+    # model sat on CUDA: every rollout of a local server with --device cuda answered 500 (index on cpu).
+    from training.servers.engine import Engine
+
+    engine = Engine(str(small), "tiny", 8, "cuda")
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 6,
+            "temperature": 1.0, "return_token_ids": True}
+    try:
+        once, again = (engine.chat({**body, "seed": 7}) for _ in range(2))
+        batch = engine.chat({**body, "n": 3})
+    finally:
+        engine.stop()
+    (sampled,) = [c["token_ids"] for c in once["choices"]]
+    assert 1 <= len(sampled) <= 6
+    assert again["choices"][0]["token_ids"] == sampled  # seeded on the device's own generator
+    assert len(batch["choices"]) == 3 and all(1 <= len(c["token_ids"]) <= 6 for c in batch["choices"])

@@ -231,7 +231,7 @@ class Engine:
 
         generator = None
         if batch[0].seed is not None:
-            generator = self.torch.Generator().manual_seed(batch[0].seed)
+            generator = self.torch.Generator(self.device).manual_seed(batch[0].seed)
         kwargs = dict(
             prompts=[j.prompt for j in batch], max_tokens=[j.max_tokens for j in batch],
             temperature=[j.temperature for j in batch], top_p=[j.top_p for j in batch],
