@@ -3,6 +3,7 @@
     python -m bench.mailbox_curve [--steps 20] [--seeds 0 1] [--every 5] [--samples 4] [--out FILE.json]
                                   [--grpo '{"epochs_per_step": 4}'] [--override '{"trainer": {"dtype": "float32"}}']
                                   [--server-url http://127.0.0.1:8765/mcp]
+    python -m bench.mailbox_curve --pool EVENTS.jsonl... [--from-step 18]
 
 Runs `python -m training demo --task mailbox` in-process for each seed: the tiny mailbox model
 (training/tiny_mailbox_model.py) against the example mailbox server over stdio, trained on the verifiable
@@ -12,6 +13,11 @@ held-out scenarios `--samples` times. Printed per evaluation: the mean reference
 success rate (a reward above 0.5: the answer contains the reference; sources alone give 0.25) and the win rate
 against the base with its 95 % bootstrap interval over scenarios. The base is sampled afresh each time, so its
 column shows the noise of one evaluation.
+
+`--pool` reads the evaluations of earlier runs' `--events` files (any settings, any machine) and pools them: per
+evaluation step, the success of the checkpoints and of the base over all their answers; then the checkpoints from
+`--from-step` on against the base of the same evaluations, paired by scenario, with a 95 % bootstrap interval of
+the difference in success rate over the 20 held-out scenarios.
 """
 from __future__ import annotations
 
@@ -61,6 +67,43 @@ def _fmt(v: float | None) -> str:
     return "  n/a" if v is None else f"{v:5.3f}"
 
 
+def pool(paths: list[str], from_step: int, resamples: int = 4000) -> None:
+    import random
+    from collections import defaultdict
+
+    evaluations = [e for path in paths for e in map(json.loads, Path(path).read_text().splitlines())
+                   if e.get("kind") == "evaluation"]
+    by_step: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0, 0])  # checkpoint wins, answers; base wins, answers
+    later: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])  # the same per scenario, from `from_step` on
+    for e in evaluations:
+        for s in e["scenarios"]:
+            counts = [sum(r > SUCCESS for r in s["checkpoint_env"]), len(s["checkpoint_env"]),
+                      sum(r > SUCCESS for r in s["base_env"]), len(s["base_env"])]
+            rows = [by_step[e["step"]]] + ([later[s["scenario_id"]]] if e["step"] >= from_step else [])
+            for row in rows:
+                for i, c in enumerate(counts):
+                    row[i] += c
+    print(f"{len(evaluations)} evaluations from {len(paths)} runs")
+    print("step  evaluations  success ckpt  success base  answers a side")
+    for step, (cw, cn, bw, bn) in sorted(by_step.items()):
+        count = sum(e["step"] == step for e in evaluations)
+        print(f"{step:4d}  {count:11d}  {cw / cn:12.3f}  {bw / bn:12.3f}  {cn:14d}")
+
+    def difference(ids: list[str]) -> float:
+        rows = [later[i] for i in ids]
+        return sum(r[0] for r in rows) / sum(r[1] for r in rows) - sum(r[2] for r in rows) / sum(r[3] for r in rows)
+
+    ids = sorted(later)
+    if not ids:
+        print(f"no evaluation at step {from_step} or later")
+        return
+    rng = random.Random(0)
+    draws = sorted(difference([rng.choice(ids) for _ in ids]) for _ in range(resamples))
+    print(f"checkpoints from step {from_step} on minus the base, success rate: {difference(ids):+.3f} "
+          f"[{draws[int(0.025 * resamples)]:+.3f}, {draws[int(0.975 * resamples)]:+.3f}] (95 % bootstrap over "
+          f"{len(ids)} scenarios, {sum(later[i][1] for i in ids)} answers a side)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=20)
@@ -80,7 +123,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--server-url", help="use the mailbox server already serving over streamable HTTP at this URL "
                                              "(python -m training.environments.mailbox_server --transport http): "
                                              "one server for every trajectory instead of a process each")
+    parser.add_argument("--pool", nargs="+", metavar="EVENTS", help="pool the evaluations of these --events files "
+                                                                     "(no run)")
+    parser.add_argument("--from-step", type=int, default=1, help="--pool: compare the checkpoints from this step on")
     args = parser.parse_args(argv)
+    if args.pool:
+        pool(args.pool, args.from_step)
+        return 0
     if args.grpo:
         args.override = _merged(args.override, {"grpo": args.grpo})
     model_dir = ensure_tiny_mailbox_model(args.model_dir)
@@ -126,6 +175,10 @@ def main(argv: list[str] | None = None) -> int:
         cols = [_mean([p[k] for p in at]) for k in ("reward_checkpoint", "reward_base", "success_checkpoint",
                                                     "success_base")]
         print(f"{step:4d}  {_fmt(cols[0]):>11}  {_fmt(cols[1]):>11}  {_fmt(cols[2]):>12}  {_fmt(cols[3]):>12}")
+    # The base is the same model at every evaluation, sampled afresh: pooled, its rate has a smaller noise than
+    # any one evaluation's, and each checkpoint row compares with it.
+    pooled = [_mean([p[k] for ps in curves.values() for p in ps]) for k in ("reward_base", "success_base")]
+    print(f" all  {'':>11}  {_fmt(pooled[0]):>11}  {'':>12}  {_fmt(pooled[1]):>12}  (the base pooled over evaluations)")
     if args.out:
         Path(args.out).write_text(json.dumps(curves, indent=1))
     return 0
