@@ -73,8 +73,9 @@ def pool(paths: list[str], from_step: int, resamples: int = 4000) -> None:
 
     evaluations = [e for path in paths for e in map(json.loads, Path(path).read_text().splitlines())
                    if e.get("kind") == "evaluation"]
-    by_step: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0, 0])  # checkpoint wins, answers; base wins, answers
-    later: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])  # the same per scenario, from `from_step` on
+    # Checkpoint successes, answers; base successes, answers: per step, and per scenario from `from_step` on.
+    by_step: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+    later: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
     for e in evaluations:
         for s in e["scenarios"]:
             counts = [sum(r > SUCCESS for r in s["checkpoint_env"]), len(s["checkpoint_env"]),
