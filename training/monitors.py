@@ -39,8 +39,16 @@ class MonitorConfig(BaseModel):
 
 
 def answers(t: Trajectory) -> list[str]:
-    """The assistant messages of a trajectory: lengths are per message, so a longer game is not a longer answer."""
-    return [str(m.get("content") or "") for m in t.messages if m.get("role") == "assistant"]
+    """The assistant messages of a trajectory: lengths are per message, so a longer game is not a longer answer.
+    A message's text is its content and its tool calls (name and arguments): one that only calls a tool wrote
+    something, it is not an empty answer."""
+    return [" ".join([str(m.get("content") or ""), *(_call_text(c) for c in m.get("tool_calls") or [])]).strip()
+            for m in t.messages if m.get("role") == "assistant"]
+
+
+def _call_text(call: dict) -> str:
+    function = call.get("function") or {}
+    return f"{function.get('name', '')} {function.get('arguments', '')}"
 
 
 def repeat_rate(text: str, n: int) -> float:

@@ -37,6 +37,18 @@ def test_signals_count_empty_answers_repeats_and_zero_variance_groups():
     assert s["mon_repeat_rate"] == pytest.approx((0 + 0 + 4 / 7 + 0) / 4)
 
 
+def test_a_message_that_only_calls_a_tool_is_not_an_empty_answer():
+    call = {"id": "c0", "type": "function", "function": {"name": "search_inbox", "arguments": '{"keywords": "x"}'}}
+    t = Trajectory(scenario_id="s", messages=[{"role": "user", "content": "q"},
+                                             {"role": "assistant", "content": "", "tool_calls": [call]},
+                                             {"role": "tool", "tool_call_id": "c0", "content": "[]"},
+                                             {"role": "assistant", "content": ""}])
+    g = TrajectoryGroup(scenario=Scenario(id="s", user_message="q"), trajectories=[t])
+    s = step_signals([g], {}, ngram=3)
+    assert s["mon_empty_rate"] == 0.5  # the call wrote something; the last reply is empty
+    assert s["mon_length_chars"] == len('search_inbox {"keywords": "x"}') / 2
+
+
 def test_an_alert_fires_once_on_crossing_and_again_only_after_recovery():
     m = Monitors(MonitorConfig(max_empty_rate=0.4, pause_on=["empty"]))
     fired = [m.observe_step(k, {"mon_empty_rate": rate}) for k, rate in enumerate([0.1, 0.6, 0.7, 0.2, 0.9], 1)]
