@@ -2,9 +2,9 @@
 
 The tiny 2048 model (training/tiny_model.py) has a 1024-token context and a 512-token vocabulary: the mailbox's
 three tool schemas alone take about 1300 of its tokens. This variant has a 4096-token context and its own
-byte-level BPE tokenizer (2048 tokens, every email id one token) trained on the warm-up episodes as the chat
-template renders them, so a whole episode (system prompt, tools, question, three tool calls and their results)
-takes under 800 tokens.
+byte-level BPE tokenizer (at most 2048 tokens; digits one by one, as Qwen2 splits them) trained on the warm-up
+episodes as the chat template renders them, so a whole episode (system prompt, tools, question, three tool calls
+and their results) takes under 800 tokens.
 
 The warm-up is SFT on synthetic solved episodes in the real chat format with tools. Everything the agent must
 write that depends on the task is a copy of what it has just seen, each token after the token it follows there:
@@ -13,19 +13,22 @@ a model this small can learn to copy, it cannot recall a project's facts from no
   the fact email holds and no other email holds all of;
 - read_email: the id of the hit, as the search result shows it;
 - answer: the fact email's first sentence as `text` (it states the answer), its id as `sources`.
-Tool results are exactly what the server returns (the same `Mailbox` code). The episodes are the served
-mailbox's (seed 0) train scenarios and every scenario of 120 other seeds' mailboxes (other emails, other
-answers) except one repeating a held-out question or answer of the served mailbox: the held-out projects' names
-are known words, but no held-out task, answer or email is ever shown (a test checks it). With 1,200 episodes the
-model learnt the train answers by heart; with about 12,000 it copies, on held-out questions too (docs/mcp.md).
+Tool results are exactly what the server returns (the same `Mailbox` code). The episodes are every scenario of
+120 other seeds' mailboxes, each talking about 30 names drawn from NAME_POOL (other emails, other names, other
+answers), except one that gives an answer of the served mailbox (seed 0): no answer or fact email of the served
+mailbox, train or held-out, is ever shown (a test checks it; its questions may be asked of other mailboxes, about
+another email with another answer). Both splits are equally new to the warm-up, so what RL sharpens on the train
+split is what the held-out split needs. With 1,200 episodes the model learnt the answers by heart; with about
+10,000 it copies (docs/mcp.md).
 
 The SFT runs first without the tool list in the prompt (a third of the tokens, where the copying is learnt), then
-with it in half of each batch (`_passes`). Deterministic for a seed; about 6 minutes on two quiet CPU cores
+with it in half of each batch (`_passes`). Deterministic for a seed; about 8 minutes on two quiet CPU cores
 (`SFT_STEPS`); tests build a quicker variant with fewer steps. No weights are downloaded.
 """
 from __future__ import annotations
 
 import json
+import random
 import sys
 from pathlib import Path
 from typing import Any
@@ -37,26 +40,33 @@ from training.tiny_model import built_with, save_built
 MAILBOX_SYSTEM_PROMPT = ("Answer the question from the mailbox: search_inbox, read_email, then answer with the "
                          "answer and the ids of the emails it comes from.")
 SERVED_SEED = 0  # the mailbox the demo's server serves (its default --seed)
-BUILD_VERSION = 5  # bump when the recipe changes: cached builds are keyed by it
+BUILD_VERSION = 6  # bump when the recipe changes: cached builds are keyed by it
 MODEL_SHAPE = dict(
     hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
     max_position_embeddings=4096, initializer_range=0.1, tie_word_embeddings=True, rope_theta=10000.0,
 )
 VOCAB_SIZE = 2048
-SFT_STEPS = 450
+SFT_STEPS = 600
 BATCH_SIZE = 16
 LEARNING_RATE = 3e-3
-EMAILS = 300  # mailbox.generate's default count: ids m0000 to m0299
-OTHER_SEEDS = range(1, 121)  # 100 scenarios each (mailbox.generate)
-
-
-def held_out_projects(seed: int = SERVED_SEED) -> set[str]:
-    """The projects the served mailbox's held-out scenarios ask about."""
-    return {_project(s) for s in generate(seed)[1] if s.split == "held_out"}
+OTHER_SEEDS = range(1, 121)  # 100 scenarios each (mailbox.generate), about 86 of them in the warm-up
+# The other seeds' mailboxes draw their 30 names from these: with the served mailbox's 30 names alone, its 100
+# questions nearly exhausted the 120 that can be asked, and the warm-up learnt which name follows "project" by
+# heart.
+NAME_POOL = PROJECTS + """Acacia Agate Alder Alpine Amber Anchor Apex Arbor Arctic Argon Arrow Ash Aspen Azure Badger
+Bamboo Banyan Barley Bison Bluebell Bolt Boreal Bramble Breeze Briar Bronze Brook Buckeye Cairn Canyon Cascade
+Cedarwood Cinder Cirrus Citadel Clover Comet Condor Coral Cormorant Corvid Crane Crater Crest Cypress Dahlia Dawn
+Drift Dusk Eagle Echo Egret Elm Emerald Equinox Falcon Fern Ferro Finch Flint Fox Galena Garnet Gecko Geyser Glacier
+Glade Gorse Halcyon Hawthorn Hazel Heron Hickory Horizon Ibis Indigo Ivory Jade Jasper Jetty Kelp Kiln Koala Lagoon
+Lark Laurel Lava Linden Lotus Lynx Magnet Mallow Mangrove Maple Marble Marlin Mesa Mica Mistral Monsoon Moraine Moss
+Nebula Nectar Nettle Nova Oak Oasis Obsidian Ocelot Olive Opal Orbit Orchid Osprey Otter Paprika Pebble Pelican Pine
+Plover Polar Poplar Prairie Prism Puffin Pulsar Quail Quill Rapids Reef Ridge Rowan Ruby Saffron Sage Sequoia Shale
+Sparrow Spruce Summit Swift Talon Teal Thistle Thorn Tide Topaz Torrent Trillium Tulip Vale Violet Walnut Wren Yew
+Zinc Zircon""".split()
 
 
 def _project(scenario: MailScenario) -> str:
-    return next(w for w in scenario.question.rstrip("?").split() if w in PROJECTS)
+    return next(w for w in scenario.question.rstrip("?").split() if w in NAME_POOL)
 
 
 def search_keywords(scenario: MailScenario) -> str:
@@ -93,21 +103,22 @@ def episode(scenario: MailScenario, mailbox: Mailbox, system_prompt: str = MAILB
     ]
 
 
+def project_names(seed: int) -> list[str]:
+    """The names another seed's mailbox talks about: as many as the served mailbox's, drawn from NAME_POOL."""
+    return random.Random(f"names-{seed}").sample(NAME_POOL, len(PROJECTS))
+
+
 def warmup_episodes(seeds: list[int] | range = OTHER_SEEDS) -> list[list[dict]]:
-    """Train episodes: the served mailbox's train scenarios and other seeds' scenarios. Other seeds' mailboxes
-    are other emails with other answers; only a scenario that repeats a held-out question of the served mailbox
-    is left out, so the held-out projects' names are known words, but no held-out task, answer or email is seen."""
-    served = generate(SERVED_SEED)
-    held = [s for s in served[1] if s.split == "held_out"]
-    questions, answers = {s.question for s in held}, {s.answer for s in held}
+    """Train episodes: other seeds' mailboxes (other emails, names drawn from NAME_POOL, other answers), none of
+    the served mailbox's. A scenario whose answer is one of the served mailbox's (train or held-out) is left out:
+    the served train and held-out tasks are equally new to the warm-up. Their questions may be asked of other
+    mailboxes (about the same project, with another answer, in another email): the answer is always copied."""
+    served_answers = {s.answer for s in generate(SERVED_SEED)[1]}
     episodes = []
-    for seed in [SERVED_SEED, *seeds]:
-        emails, scenarios = served if seed == SERVED_SEED else generate(seed)
+    for seed in seeds:
+        emails, scenarios = generate(seed, projects=project_names(seed))
         mailbox = Mailbox(emails)
-        for s in scenarios:
-            if (seed == SERVED_SEED and s.split != "train") or s.question in questions or s.answer in answers:
-                continue
-            episodes.append(episode(s, mailbox))
+        episodes += [episode(s, mailbox) for s in scenarios if s.answer not in served_answers]
     return episodes
 
 
@@ -124,27 +135,23 @@ def mailbox_tools() -> list[dict[str, Any]]:
     return openai_tools(anyio.run(listed))
 
 
-def email_ids(count: int = EMAILS) -> list[str]:
-    return [f"m{i:04d}" for i in range(count)]
-
-
 def build_tokenizer(corpus: list[str]):
-    """A byte-level BPE over `corpus` (split as Qwen2's), with every email id one token (copying an id is
-    copying one token)."""
+    """A byte-level BPE over `corpus`, split as Qwen2's: an email id is "m" and four digits, each its own token, so
+    copying an id is copying digits, the same skill for every email (with every id one token, as before build 6,
+    RL raised the train questions' ids and not the held-out ones': docs/mcp.md)."""
     from training.tiny_model import build_tokenizer as bpe
 
-    return bpe(corpus, vocab_size=VOCAB_SIZE, whole_tokens=email_ids(),
-               max_length=MODEL_SHAPE["max_position_embeddings"])
+    return bpe(corpus, vocab_size=VOCAB_SIZE, max_length=MODEL_SHAPE["max_position_embeddings"])
 
 
 def _tokenizer_for(episodes: list[list[dict]], tools: list[dict]):
     # Trained on the episodes as the chat template renders them (tool-call markup and JSON keys become whole
     # tokens); a first tokenizer only renders them. Project names are vocabulary, not tasks: whole words each.
     plain = [m["content"] + json.dumps(m.get("tool_calls", [])) for e in episodes for m in e]
-    renderer = build_tokenizer(plain + [json.dumps(tools), " ".join(PROJECTS)])
+    renderer = build_tokenizer(plain + [json.dumps(tools), " ".join(NAME_POOL)])
     rendered = [renderer.apply_chat_template(e, tools=tools if k < 20 else None, tokenize=False)
                 for k, e in enumerate(episodes)]
-    return build_tokenizer(rendered + [" ".join(PROJECTS)] * 20)
+    return build_tokenizer(rendered + [" ".join(NAME_POOL)] * 20)
 
 
 def _passes(sft_steps: int, seed: int) -> list[SFTConfig]:
@@ -200,4 +207,4 @@ def _recipe(seed: int, sft_steps: int) -> dict[str, Any]:
 
 
 __all__ = ["build_tiny_mailbox_model", "ensure_tiny_mailbox_model", "episode", "warmup_episodes",
-           "held_out_projects", "mailbox_tools", "MAILBOX_SYSTEM_PROMPT"]
+           "project_names", "mailbox_tools", "MAILBOX_SYSTEM_PROMPT"]

@@ -74,9 +74,9 @@ def _general_text() -> list[str]:
     ] * 20
 
 
-def build_tokenizer(corpus: list[str], *, vocab_size: int = VOCAB_SIZE, whole_tokens: tuple[str, ...] | list[str] = (),
+def build_tokenizer(corpus: list[str], *, vocab_size: int = VOCAB_SIZE,
                     max_length: int = MODEL_SHAPE["max_position_embeddings"]):
-    """A byte-level BPE of `vocab_size` trained on `corpus`, plus `whole_tokens` as single tokens.
+    """A byte-level BPE of `vocab_size` trained on `corpus`.
 
     It splits text as Qwen2's tokenizer does (NFC, then Qwen2's pre-tokenisation regex: digits one by one): for a
     Qwen2 model, transformers rebuilds that pipeline whatever tokenizer.json holds, so a tokenizer split any
@@ -94,11 +94,10 @@ def build_tokenizer(corpus: list[str], *, vocab_size: int = VOCAB_SIZE, whole_to
     ])
     core.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size - len(whole_tokens), special_tokens=SPECIAL_TOKENS,
+        vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
     )
     core.train_from_iterator(corpus, trainer=trainer)
-    core.add_tokens(list(whole_tokens))
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=core, bos_token=None, eos_token=END_OF_TURN, pad_token="<|endoftext|>",
         unk_token=None, model_max_length=max_length,

@@ -97,4 +97,6 @@ def test_a_tiny_tokenizer_loads_back_as_it_was_trained(tmp_path, variant):
     assert served(text)["input_ids"] == trained(text)["input_ids"]
     assert trained.tokenize("2024") == ["2", "0", "2", "4"]  # digits one by one, as Qwen2 splits them
     if variant == "mailbox":
-        assert len(trained.tokenize("m0051")) == 1 and served.decode(served("m0051")["input_ids"]) == "m0051"
+        # an email id is "m" and its digits: copying an id is copying digits, the same skill for every email
+        assert trained.tokenize("m0051") == ["m", "0", "0", "5", "1"]
+        assert served.decode(served("m0051")["input_ids"]) == "m0051"

@@ -66,14 +66,16 @@ def _address(name: str) -> str:
     return f"{name}@{DOMAIN}"
 
 
-def generate(seed: int = 0, count: int = 300) -> tuple[list[Email], list[MailScenario]]:
+def generate(seed: int = 0, count: int = 300, projects: list[str] = PROJECTS
+             ) -> tuple[list[Email], list[MailScenario]]:
     """`count` emails, a third of them facts (at most one per project and kind), and one scenario per fact email
-    (every 5th scenario is held out): the default mailbox has 100 scenarios, 80 to train on and 20 held out."""
+    (every 5th scenario is held out): the default mailbox has 100 scenarios, 80 to train on and 20 held out.
+    `projects`: the names the mailbox talks about (the served mailbox's are PROJECTS)."""
     rng = random.Random(seed)
     emails: list[Email] = []
     scenarios: list[MailScenario] = []
     # Up to one fact of each kind per project: a question's words (project and kind) find its email alone.
-    kinds = [(project, kind) for project in PROJECTS for kind in range(len(FACTS))]
+    kinds = [(project, kind) for project in projects for kind in range(len(FACTS))]
     facts = iter(rng.sample(kinds, min(len(kinds), count // 3)))
     fact_slots = set(rng.sample(range(count), min(len(kinds), count // 3)))
     for i in range(count):
@@ -81,7 +83,7 @@ def generate(seed: int = 0, count: int = 300) -> tuple[list[Email], list[MailSce
         date = FIRST_DAY + dt.timedelta(days=i * 300 // count)
         email_id = f"m{i:04d}"
         fill = {"day": rng.choice(["Monday", "Tuesday", "Wednesday", "Thursday", "Friday"]),
-                "n": rng.randint(2, 9), "project": rng.choice(PROJECTS)}
+                "n": rng.randint(2, 9), "project": rng.choice(projects)}
         if i in fact_slots:
             project, kind = next(facts)
             subject, body, question, answer = FACTS[kind]
