@@ -22,6 +22,7 @@ from tests.judge_double import JudgeDouble, marker_or_brevity
 from tests.webapp.conftest import ROOT, _worker_env, wait_for
 from tests.webapp.factories import project_factory, rubric_factory
 from webapp.models import Agent, Run, RunStatus, Scenario, ScenarioSet
+from webapp.storable import storable
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -165,7 +166,7 @@ def test_an_agent_in_its_own_process_rolls_out_a_run_that_judges_and_trains_on_e
             assert (row.group.step_index, row.group.index) == (group.step, group.group_index)
             assert [m["content"] for m in row.messages if m["role"] == "assistant"] == [m["content"] for m in answers]
             for ids, choice in zip(sent["turn_token_ids"], sampled):
-                text = tokenizer.decode(ids, skip_special_tokens=True)
+                text = storable(tokenizer.decode(ids, skip_special_tokens=True))  # as kept: U+0000 -> U+FFFD
                 assert text.strip() == (choice["message"].get("content") or "").strip() or choice["message"].get(
                     "tool_calls")
 
