@@ -3,8 +3,9 @@
 The tiny 2048 model (training/tiny_model.py) has a 1024-token context and a 512-token vocabulary: the mailbox's
 three tool schemas alone take about 1300 of its tokens. This variant has a 4096-token context and its own
 byte-level BPE tokenizer (at most 2048 tokens; digits one by one, as Qwen2 splits them) trained on the warm-up
-episodes as the chat template renders them, so a whole episode (system prompt, tools, question, three tool calls
-and their results) takes under 800 tokens.
+episodes as the chat template renders them, project names left out (a name is a few pieces other words share),
+so a whole episode (system prompt, tools, question, three tool calls and their results) takes at most about 820
+tokens.
 
 The warm-up is SFT on synthetic solved episodes in the real chat format with tools. Everything the agent must
 write that depends on the task is a copy of what it has just seen, each token after the token it follows there:
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -40,7 +42,7 @@ from training.tiny_model import built_with, save_built
 MAILBOX_SYSTEM_PROMPT = ("Answer the question from the mailbox: search_inbox, read_email, then answer with the "
                          "answer and the ids of the emails it comes from.")
 SERVED_SEED = 0  # the mailbox the demo's server serves (its default --seed)
-BUILD_VERSION = 6  # bump when the recipe changes: cached builds are keyed by it
+BUILD_VERSION = 7  # bump when the recipe changes: cached builds are keyed by it
 MODEL_SHAPE = dict(
     hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
     max_position_embeddings=4096, initializer_range=0.1, tie_word_embeddings=True, rope_theta=10000.0,
@@ -146,12 +148,15 @@ def build_tokenizer(corpus: list[str]):
 
 def _tokenizer_for(episodes: list[list[dict]], tools: list[dict]):
     # Trained on the episodes as the chat template renders them (tool-call markup and JSON keys become whole
-    # tokens); a first tokenizer only renders them. Project names are vocabulary, not tasks: whole words each.
+    # tokens); a first tokenizer only renders them. Project names are left out of its corpus: a name is a few
+    # pieces that other words share, so copying a name is the same skill for every name (with every name one
+    # token, as before build 7, RL raised the train questions' names in the search turn and not the held-out ones').
+    without_names = re.compile(r"\b(?:" + "|".join(NAME_POOL) + r")\b")
     plain = [m["content"] + json.dumps(m.get("tool_calls", [])) for e in episodes for m in e]
-    renderer = build_tokenizer(plain + [json.dumps(tools), " ".join(NAME_POOL)])
-    rendered = [renderer.apply_chat_template(e, tools=tools if k < 20 else None, tokenize=False)
+    renderer = build_tokenizer(plain + [json.dumps(tools)])
+    rendered = [without_names.sub("", renderer.apply_chat_template(e, tools=tools if k < 20 else None, tokenize=False))
                 for k, e in enumerate(episodes)]
-    return build_tokenizer(rendered + [" ".join(NAME_POOL)] * 20)
+    return build_tokenizer(rendered)
 
 
 def _passes(sft_steps: int, seed: int) -> list[SFTConfig]:

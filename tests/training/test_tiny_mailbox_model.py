@@ -73,6 +73,8 @@ def test_the_variant_builds_and_a_whole_episode_fits_its_context(mailbox_model_d
     emails, scenarios = generate(0)
     longest = max(len(encode_conversation(tokenizer, episode(s, Mailbox(emails)), tools)[0]) for s in scenarios)
     assert longest < config.max_position_embeddings // 2  # room for a few wrong turns too
+    # A project's name is pieces other words share, not a token of its own: copying a name is one skill for all.
+    assert all(len(tokenizer.tokenize(f" {name}")) > 1 for name in NAME_POOL)
     # The 2048 model's tokenizer needs more than its whole 1024-token context for the tools alone.
     assert len(tiny_tokenizer(["plain text"])(json.dumps(tools))["input_ids"]) > 1024
 

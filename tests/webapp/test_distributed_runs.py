@@ -20,8 +20,9 @@ def test_a_run_with_two_training_processes_trains_under_torchrun_and_reports_onc
     # tiny player's own games sometimes all score alike, and a step of such groups is skipped).
     judge_double.responder = JudgeDouble.prefer_first(lambda text: 0.0, bonus=1.0)
     project = project_factory()
-    run = tiny_run(steps=2, project=project, judge_config=judge_factory(project=project, api_base=judge_double.api_base),
-                   rubric_version=rubric_factory(project=project).latest_version,
+    judge = judge_factory(project=project, api_base=judge_double.api_base)
+    rubric = rubric_factory(project=project)
+    run = tiny_run(steps=2, project=project, judge_config=judge, rubric_version=rubric.latest_version,
                    overrides={"trainer": {"distributed": "ddp", "processes": 2}})
     assert run_execute(run_id=run.id, worker="cpu@test") == RunStatus.COMPLETED, run.error
     run.refresh_from_db()
