@@ -37,7 +37,7 @@ def test_a_run_with_two_training_processes_trains_under_torchrun_and_reports_onc
     finished = [e.payload["metrics"] for e in run.events.filter(kind="step_finished").order_by("seq")]
     assert [m["step"] for m in finished] == [1, 2]
     assert not run.groups.filter(skipped=True).exists()
-    assert all(m["trained_sequences"] == 2 * 4 for m in finished)  # both groups' four games, in both processes' share
+    assert all(m["trained_sequences"] == 2 * 4 for m in finished)  # two groups of four games a step, all trained
 
 
 def test_a_distributed_run_that_does_not_say_how_many_processes_fails_at_once(settings, scripted_engine):
