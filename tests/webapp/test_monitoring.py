@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import pytest
 from django.utils import timezone
+from django.utils.html import escape
 
 from tests.webapp.conftest import wait_for
 from tests.webapp.factories import agent_factory, project_factory, run_factory, scenario_set_factory
@@ -127,6 +128,42 @@ def test_evaluate_now_runs_the_engines_evaluation_of_a_checkpoint_and_records_it
     assert 0.0 <= evaluation["metrics"]["eval_win_rate"] <= 1.0
     page = client.get(f"/runs/{run.pk}/").content.decode()
     assert 'class="best"' in page
+
+
+def test_a_failed_evaluation_shows_its_reason_not_the_output_before_it(client, inprocess_executor, tiny_model_dir,
+                                                                       tmp_path):
+    from tests.training.configs import small_config
+
+    project = project_factory()
+    config = small_config(tiny_model_dir, tmp_path / "run", steps=1, evaluation={"samples": 2}, device="cpu")
+    run = run_factory(project=project)  # a row only: nothing executes
+    Run.objects.filter(pk=run.pk).update(config=config.model_dump(mode="json"), status=RunStatus.COMPLETED)
+    broken = tmp_path / "run" / "checkpoints" / "step_0001"  # an adapter whose weights are not safetensors
+    broken.mkdir(parents=True)
+    (broken / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 8, "target_modules": ["q_proj"],
+                                                            "base_model_name_or_path": str(tiny_model_dir)}))
+    (broken / "adapter_model.safetensors").write_bytes(b"not a safetensors file")
+    run_event_ingest(run_id=run.pk, event={"kind": "checkpoint_saved", "step": 1, "path": str(broken),
+                                           "adapter_name": "monitored@1"})
+    client.force_login(project.owner)
+    client.post(f"/checkpoints/{run.checkpoints.get().pk}/evaluate/")
+    wait_idle(timeout=300)
+    (failure,) = run.events.filter(kind="evaluation_failed").values_list("payload", flat=True)
+    error = failure["error"]
+    # The engine's own message, one line, without the CLI's "error: " (output printed before it goes to the log).
+    assert error.startswith("the inference server refused adapter") and "\n" not in error, error
+    assert "Error while deserializing header" in error
+    assert f"evaluation failed: {escape(error)[:100]}" in client.get(f"/runs/{run.pk}/").content.decode()
+
+
+def test_the_reason_of_a_failed_evaluation_is_the_clis_error_line_else_the_last_line():
+    from webapp.execution.evaluation import failure_reason
+
+    noisy = "Loading weights: 100%|##########| 50/50\rwarning: slow tokenizer\nerror: the judge refused the key\n"
+    assert failure_reason(noisy, 2) == "the judge refused the key"
+    traceback = 'Traceback (most recent call last):\n  File "x.py", line 1\nOSError: no file named adapter.bin\n'
+    assert failure_reason(traceback, 1) == "OSError: no file named adapter.bin"
+    assert failure_reason("", -9) == "exit code -9"
 
 
 def test_evaluate_now_needs_held_out_scenarios_and_an_editor(client, settings):

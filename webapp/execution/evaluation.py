@@ -35,13 +35,23 @@ def checkpoint_evaluate_execute(*, checkpoint_id: int) -> str:
         return _failed(run_id, checkpoint.step_index, str(err))
     records = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"kind": "evaluation"')]
     if proc.returncode != 0 or not records:
-        return _failed(run_id, checkpoint.step_index, proc.stderr.strip()[-1000:] or f"exit code {proc.returncode}")
+        log.warning("run %s: the evaluation of step %s wrote:\n%s", run_id, checkpoint.step_index, proc.stderr[-5000:])
+        return _failed(run_id, checkpoint.step_index, failure_reason(proc.stderr, proc.returncode))
     record = records[-1]
     metrics = {k: v for k, v in record.items() if k.startswith("eval_")}
     run_event_ingest(run_id=run_id, event={"kind": "evaluation", "step": checkpoint.step_index,
                                            "model": checkpoint.adapter_name, "baseline": "base",
                                            "metrics": metrics, "scenarios": [], "on_demand": True})
     return "done"
+
+
+def failure_reason(stderr: str, returncode: int) -> str:
+    """The one line the run page shows for a failed evaluation: the CLI's own `error: …` line (a TrainingError),
+    else the output's last line (an uncaught exception's `Type: message`), else the exit code. The output's tail
+    before it (progress bars, warnings, a traceback) goes to the worker's log: on the page it hid the reason."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    said = [line.removeprefix("error: ") for line in lines if line.startswith("error: ")]
+    return (said or lines or [f"exit code {returncode}"])[-1][:1000]
 
 
 def _failed(run_id: int, step: int, error: str) -> str:
