@@ -148,12 +148,12 @@ def build_tokenizer(corpus: list[str]):
 
 def _tokenizer_for(episodes: list[list[dict]], tools: list[dict]):
     # Trained on the episodes as the chat template renders them (tool-call markup and JSON keys become whole
-    # tokens); a first tokenizer only renders them. Project names are left out of its corpus: a name is a few
-    # pieces that other words share, so copying a name is the same skill for every name (with every name one
-    # token, as before build 7, RL raised the train questions' names in the search turn and not the held-out ones').
+    # tokens); a first tokenizer only renders them (its vocabulary does not change the text). Project names are
+    # left out of its corpus: a name is a few pieces that other words share, so copying a name is the same skill
+    # for every name (with every name one token, as before build 7, RL raised the train questions' names in the
+    # search turn and not the held-out ones').
     without_names = re.compile(r"\b(?:" + "|".join(NAME_POOL) + r")\b")
-    plain = [m["content"] + json.dumps(m.get("tool_calls", [])) for e in episodes for m in e]
-    renderer = build_tokenizer(plain + [json.dumps(tools)])
+    renderer = build_tokenizer([json.dumps(tools)])
     rendered = [without_names.sub("", renderer.apply_chat_template(e, tools=tools if k < 20 else None, tokenize=False))
                 for k, e in enumerate(episodes)]
     return build_tokenizer(rendered)
