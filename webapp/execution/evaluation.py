@@ -35,8 +35,8 @@ def checkpoint_evaluate_execute(*, checkpoint_id: int) -> str:
         return _failed(run_id, checkpoint.step_index, str(err))
     records = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"kind": "evaluation"')]
     if proc.returncode != 0 or not records:
-        log.warning("run %s: the evaluation of step %s wrote:\n%s", run_id, checkpoint.step_index, proc.stderr[-5000:])
-        return _failed(run_id, checkpoint.step_index, failure_reason(proc.stderr, proc.returncode))
+        return _failed(run_id, checkpoint.step_index, failure_reason(proc.stderr, proc.returncode),
+                       output=proc.stderr[-5000:])
     record = records[-1]
     metrics = {k: v for k, v in record.items() if k.startswith("eval_")}
     run_event_ingest(run_id=run_id, event={"kind": "evaluation", "step": checkpoint.step_index,
@@ -54,7 +54,7 @@ def failure_reason(stderr: str, returncode: int) -> str:
     return (said or lines or [f"exit code {returncode}"])[-1][:1000]
 
 
-def _failed(run_id: int, step: int, error: str) -> str:
-    log.warning("run %s: the evaluation of step %s failed: %s", run_id, step, error)
+def _failed(run_id: int, step: int, error: str, output: str = "") -> str:
+    log.warning("run %s: the evaluation of step %s failed: %s%s", run_id, step, error, output and f"\n{output}")
     run_event_ingest(run_id=run_id, event={"kind": "evaluation_failed", "step": step, "error": error})
     return "failed"
