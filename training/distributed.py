@@ -6,9 +6,10 @@ Launch with torchrun (or `accelerate launch`), which sets RANK, WORLD_SIZE, LOCA
 
 Rank 0 runs the loop (rollouts, scoring, checkpoints) and sends each step's groups to the others
 (`broadcast_from_rank0`), and SNAPSHOT when it saves the optimizer state (a collective under FSDP); every process
-then holds the same step's trajectory groups and trains on its own shard of the rows, and the library's collectives (DDP's gradient all-reduce, `all_reduce` of token counts
-and metrics) make the update the one a single process would make: each micro-batch's loss is weighted by its
-share of the tokens of all ranks, and the DDP average over ranks is undone by multiplying by the world size.
+then holds the same step's trajectory groups and trains on its own shard of the rows, and the library's
+collectives (DDP's gradient all-reduce, `all_reduce` of token counts and metrics) make the update the one a single
+process would make: each micro-batch's loss is weighted by its share of the tokens of all ranks, and the DDP
+average over ranks is undone by multiplying by the world size. When the run is over, every rank `leave`s.
 """
 from __future__ import annotations
 
@@ -41,6 +42,16 @@ def broadcast_from_rank0(obj: Any) -> Any:
     box = [obj]
     dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+def leave() -> None:
+    """Every rank, once the run is over and its last collective is done: the ranks meet, then each takes its
+    process group down. Left standing, gloo's worker threads outlive the interpreter and the process can abort
+    at exit (SIGABRT, 'terminate called without an active exception'), which torchrun reports as a failed run.
+    Not called on a failure: a rank still inside a collective would never reach the barrier."""
+    if is_distributed():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 def init_from_env(device: str, gpus: list[int] | None = None) -> None:

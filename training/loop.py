@@ -94,7 +94,8 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
     control = control or StaticControl()
     scenarios = load_scenarios(config)
     env = get_environment(config.environment.kind)
-    rollout_config = RolloutConfig(config.system_prompt, config.sampling, parse_options(env, config.environment.options))
+    rollout_config = RolloutConfig(config.system_prompt, config.sampling,
+                                   parse_options(env, config.environment.options))
     await env.launch(rollout_config.options)  # e.g. an MCP server that does not start refuses the run here
     scenarios, held_out = split_for_run(config, scenarios)  # held-out scenarios are never trained on
     external_agent = config.environment.kind == "external"
@@ -174,7 +175,9 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
         elif config.init_checkpoint:
             await on_trainer(lambda: trainer.load(Path(config.init_checkpoint), optimizer=False))
         if rank > 0:
-            return await follow_rank0(trainer, on_trainer, start)
+            summary = await follow_rank0(trainer, on_trainer, start)
+            await on_trainer(distributed.leave)
+            return summary
         server = start_server(config.server, config.base_model, out / "server.log", device=device,
                               threads=cores[0] if cores else 0)
         model = server.model_name
@@ -312,6 +315,7 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
         await save_optimizer()  # finished or cancelled: the newest checkpoint resumes exactly
         if world > 1:  # the other ranks stop with this run's status (after the snapshot they take part in)
             await on_trainer(distributed.broadcast_from_rank0, "completed" if step > config.steps else "cancelled")
+            await on_trainer(distributed.leave)
     except Exception as err:
         sink(RunFailed(step=step, error=f"{type(err).__name__}: {err}"))
         try:

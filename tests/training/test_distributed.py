@@ -11,7 +11,7 @@ import torch.multiprocessing as mp
 from safetensors.torch import load_file
 
 from training.config import GRPOConfig, LoraConfig, TrainerConfig
-from training.distributed import is_sharded, whole
+from training.distributed import is_sharded, leave, whole
 from training.errors import TrainingError
 from training.trainer import Trainer
 
@@ -36,7 +36,8 @@ def _rank(rank: int, world: int, port: int, model_dir: str, out: str, mode: str)
     if mode == "fsdp":  # what rank 0 saves: the adapter gathered whole from both ranks' shards
         trainer.save_adapter(Path(out) / f"adapter{rank}")
     torch.save(result, Path(out) / f"rank{rank}.pt")
-    torch.distributed.destroy_process_group()
+    leave()  # what a run does at its end: the ranks meet, then each takes its process group down
+    assert not torch.distributed.is_initialized()
 
 
 def free_port() -> int:
