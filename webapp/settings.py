@@ -124,9 +124,12 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            # redis-py 8 reads with a 5 s socket timeout, exactly channels_redis's blocking-pop time: a quiet
-            # channel would raise instead of waiting. A longer socket timeout keeps idle pages connected.
-            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30, "socket_connect_timeout": 10}],
+            # No socket timeout. redis-py 8's default (5 s, channels_redis's blocking-pop time) made a quiet
+            # channel raise; and with any socket timeout redis-py sends through asyncio.wait_for, which on
+            # Python 3.11 can swallow a cancel that arrives as the send completes: a closed socket's receive
+            # then never ends (one in ~35 consumers cancelled at once, tests/webapp/test_live_stream.py). A dead
+            # Redis is still noticed: redis-py's TCP keepalive is on by default (~45 s); connecting times out.
+            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": None, "socket_connect_timeout": 10}],
                        "prefix": env_str("STUDIO_CHANNEL_PREFIX", "studio")},
         }
     }

@@ -132,6 +132,26 @@ async def test_a_non_member_is_refused_at_the_websocket_handshake():
     assert not connected and code == 4404
 
 
+async def test_a_server_stopping_ends_every_socket_even_one_mid_send():
+    """A server that stops cancels every task at once (so does asyncio.Runner when an async test ends). Each
+    socket's channel-layer read must end then. With a Redis socket timeout, redis-py sends each command through
+    asyncio.wait_for, which on Python 3.11 can swallow that cancel: the read went on polling Redis forever (about
+    one stop in 35 here; CI's test run hung 600 s on it)."""
+    import asyncio
+
+    run = await sync_to_async(run_factory)(status=RunStatus.RUNNING)
+    stranger = await sync_to_async(user_factory)()
+    for _ in range(100):
+        assert await _connect(stranger, run).connect() == (False, 4404)  # its consumer reads the layer until cancelled
+        tasks = asyncio.all_tasks() - {asyncio.current_task()}
+        for task in tasks:
+            task.cancel()
+        _, pending = await asyncio.wait(tasks, timeout=10)
+        for task in pending:
+            task.cancel()  # a second cancel frees it, so the failure below is not followed by a hung teardown
+        assert not pending, pending
+
+
 async def test_an_anonymous_client_is_refused_and_a_viewer_is_let_in():
     from django.contrib.auth.models import AnonymousUser
 
