@@ -18,7 +18,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo demo-engine demo-mailbox test test-vllm test-gpu bench-gpu test-engine-py312 check-py312 services system-deps compose-check \
+.PHONY: demo demo-engine demo-mailbox demo-sft test test-vllm test-gpu bench-gpu gpu-check test-engine-py312 check-py312 services system-deps compose-check \
 	venv vllm-venv art-venv trl-venv bench lint-imports clean
 
 venv: $(STAMP)
@@ -84,8 +84,11 @@ services:
 lint-imports: venv
 	$(BIN)/lint-imports
 
+# Two pytest-xdist workers (tests/conftest.py keeps Celery, daphne/browser, torchrun and timing-sensitive tests in
+# groups of their own); every skip is printed with its reason; the 25 slowest tests at the end.
+PYTEST_WORKERS ?= 2
 test: venv services system-deps lint-imports
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -rs -n $(PYTEST_WORKERS) --dist loadgroup --durations=25
 
 # The tests marked `vllm` (deselected by `make test`): the server contract suite against vLLM's CPU build.
 test-vllm: venv vllm-venv
@@ -101,6 +104,14 @@ test-gpu: venv
 bench-gpu: venv
 	$(BIN)/python -m bench.gpu_bench
 
+# One check for a GPU machine (at most 8 minutes on an H100; torch, transformers, peft and the engine): random
+# Qwen2.5-shaped 0.5B/1.5B/7B models, bf16 LoRA r16 on all linear layers, gradient checkpointing: the GRPO step's
+# tokens/s and MFU (against the card's measured bf16 peak), peak memory against the memory plan, the local
+# server's sampling tokens/s. One JSON (bench/results/gpu_check.json) and a table for docs/gpu.md; a skip line
+# without CUDA.
+gpu-check: venv
+	$(BIN)/python -m bench.gpu_check
+
 # The engine (training/, judging/) on Python 3.12, in a separate venv with only the engine's pins. pip takes
 # torch 2.13.0 for 3.12 from PyPI: its CUDA build (about 5 GB installed), which runs on a CPU too; pass
 # PY312_PIP_ARGS="--extra-index-url https://download.pytorch.org/whl/cpu" for the CPU build where that index is reachable.
@@ -109,7 +120,7 @@ PY312 ?= $(shell python3.12 -c "" 2>/dev/null && echo python3.12 || \
 	{ v=$$(pyenv versions --bare 2>/dev/null | grep -E '^3\.12' | tail -1); [ -n "$$v" ] && echo "env PYENV_VERSION=$$v python3.12"; })
 PY312_VENV := .venv-py312
 PY312_PIP_ARGS ?=
-ENGINE_PINS = $$(grep -iE '^(torch|transformers|peft|tokenizers|accelerate|safetensors|pydantic|pydantic_core|httpx|openai|litellm|Jinja2|pytest|pytest-asyncio|pytest-timeout)==' requirements.lock)
+ENGINE_PINS = $$(grep -iE '^(torch|transformers|peft|tokenizers|accelerate|safetensors|pydantic|pydantic_core|httpx|uvicorn|starlette|openai|litellm|Jinja2|pytest|pytest-asyncio|pytest-timeout)==' requirements.lock)
 $(PY312_VENV)/bin/python:
 	$(PY312) -m venv $(PY312_VENV)
 test-engine-py312: $(PY312_VENV)/bin/python
@@ -138,6 +149,11 @@ demo-engine: venv
 demo-mailbox: venv
 	$(BIN)/python -m training demo --task mailbox --steps 20 --out var/demo-mailbox
 
+# Teach, then reinforce, on CPU: a scripted 2048 teacher is distilled into the tiny model (SFT), whose held-out win
+# rate against the base is measured; then GRPO from the SFT checkpoint vs GRPO from the base, same steps (docs/sft.md).
+demo-sft: venv
+	$(BIN)/python -m training demo --task sft --steps 20 --out var/demo-sft
+
 # All benchmarks, each printed as ratios against a baseline measured in the same run (about 20 minutes on an
 # idle machine): engine (GRPO step, rollout tokens/s local vs vLLM-CPU), peer (our GRPO step vs TRL 1.16's,
 # interleaved, per component, with learning curves), judge (shared-prefix prompt size, request tokens vs ART's
@@ -147,17 +163,21 @@ demo-mailbox: venv
 # calibration of the held-out win rate (the base against itself over 20 seeds: how often each 95 % interval covers 0.5),
 # and pipelined steps vs sequential ones with a judge double at 0.5, 1.5 and 3 s (step time per stage; the 30-step
 # learning curves over 3 seeds are `python -m bench.pipeline_bench --curve`, about an hour more), and external
-# rollouts: the run's endpoint through the web app vs the inference server directly, per request and per step.
+# rollouts: the run's endpoint through the web app vs the inference server directly, per request and per step,
+# 200 concurrent calls on it against a 60-s server (at most 10 PostgreSQL connections, run page p95 < 1 s);
+# and the SFT step vs TRL's SFTTrainer (same conversations, model, LoRA and token budget, interleaved).
 # The engine bench also writes bench/results/engine_bench.json.
 bench: venv vllm-venv art-venv trl-venv services
 	VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(BIN)/python -m bench.engine_bench
 	TRL_PYTHON=$(CURDIR)/$(TRL_VENV)/bin/python $(BIN)/python -m bench.peer_bench
+	TRL_PYTHON=$(CURDIR)/$(TRL_VENV)/bin/python $(BIN)/python -m bench.sft_bench
 	$(BIN)/python -m bench.judge_bench
 	$(BIN)/python -m bench.web_bench --trajectories 100000 --clients 50 --api-users 20
 	$(BIN)/python -m bench.page_latency_bench
 	$(BIN)/python -m bench.eval_calibration
 	$(BIN)/python -m bench.pipeline_bench
 	$(BIN)/python -m bench.external_bench
+	$(BIN)/python -m bench.endpoint_load_bench
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(ART_VENV) $(TRL_VENV) $(PY312_VENV) var

@@ -40,7 +40,9 @@ def _environment(scratch: Path) -> dict[str, str]:
                SECRET_KEY="bench-only-" + "x" * 40, DJANGO_SETTINGS_MODULE="webapp.settings",
                STUDIO_EXECUTOR="inprocess", STUDIO_API_PER_MINUTE="1000000", STUDIO_API_ANON_PER_MINUTE="1000000",
                LITELLM_LOCAL_MODEL_COST_MAP="True", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-               TOKENIZERS_PARALLELISM="false", RUBRIC_STUDIO_JUDGE_CACHE=str(scratch / "judge-cache"))
+               TOKENIZERS_PARALLELISM="false", RUBRIC_STUDIO_JUDGE_CACHE=str(scratch / "judge-cache"),
+               # the deployment's part of the run: the CPU, the engine's HTTP front (webapp/run_policy.py)
+               STUDIO_RUN_WORKER_CONFIG='{"device": "cpu", "server": {"kind": "inprocess"}}')
     for name in ("REDIS_URL", "JUDGE_MODEL"):
         env.pop(name, None)
     return env
@@ -84,7 +86,7 @@ def _setup(judge_api_base: str, judge_model: str, model_dir: Path, steps: int) -
     body = {"project": project.pk, "name": "external bench", "agent": agent.pk, "scenario_set": scenario_set.pk,
             "rubric_version": version.pk, "judge_config": judge.pk, "steps": steps, "group_size": GROUP_SIZE,
             "groups_per_step": GROUPS, "learning_rate": 1e-3,
-            "overrides": {"device": "cpu", "server": {"kind": "inprocess"}, "lora": {"r": 8, "alpha": 16}}}
+            "overrides": {"lora": {"r": 8, "alpha": 16}, "sampling": {"ignore_eos": True}}}
     return body, Token.objects.create(user=user).key, key
 
 
@@ -117,12 +119,14 @@ async def _bench(url: str, token: str, run_id: int, requests: int) -> tuple[list
         while (step := await run.next_step(poll_s=0.2)) is not None:
             direct = openai.AsyncOpenAI(base_url=await sync_to_async(_inference_url)(run_id),
                                         api_key="unused", max_retries=0)
+            # The run samples with ignore_eos (its sampling, which the endpoint forwards); the direct path asks.
             extra = {"ignore_eos": True, "return_token_ids": True}
 
             async def via_endpoint(scenario: dict) -> object:
                 async with run.trajectory() as t:
                     await run.openai.chat.completions.create(messages=step.messages(scenario), logprobs=True,
-                                                             extra_body=extra, **step.completion_args())
+                                                             extra_body={"return_token_ids": True},
+                                                             **step.completion_args())
                 return t
 
             async def via_server(scenario: dict) -> None:

@@ -61,6 +61,8 @@ class StoredReview(BaseModel):
     trained_reward: float | None = Field(None, description="The reward the step trained on (None: not yet).")
     advantage: float | None = None
     overrides: list[StoredOverride] = Field(default_factory=list)
+    role: str = Field("", description="The part it played in a game with several players ('x', 'spymaster').")
+    episode: str = Field("", description="Its game: the trajectories of the same episode are its other sides.")
 
 
 class StoredGroupReview(BaseModel):
@@ -75,6 +77,7 @@ class StoredGroupReview(BaseModel):
     judge_mean: float | None = None
     skipped: bool = False
     scoring_error: str = ""
+    role: str = Field("", description="The part its trajectories played in a game (groups form per role).")
 
 
 class _Traj(BaseModel):

@@ -24,6 +24,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from judging.errors import JudgeError
+from judging.failures import CAUSES, failure_cause, retryable
 from judging.prompt import canonical
 
 _litellm: Any = None
@@ -58,11 +59,7 @@ class RawReply:
 
 
 def _retryable(litellm: Any, err: Exception) -> bool:
-    status = getattr(err, "status_code", None)
-    if isinstance(err, (litellm.Timeout, litellm.APIConnectionError, litellm.RateLimitError,
-                        litellm.InternalServerError, litellm.ServiceUnavailableError, litellm.BadGatewayError)):
-        return True
-    return isinstance(status, int) and (status == 429 or status >= 500)
+    return retryable(failure_cause(litellm, err))
 
 
 def _retry_after(err: Exception) -> float:
@@ -74,15 +71,13 @@ def _retry_after(err: Exception) -> float:
         return 0.0
 
 
-def _advice(litellm: Any, err: Exception) -> str:
-    if isinstance(err, litellm.AuthenticationError):
-        return "the judge API rejected the credentials: check the API key (or the env var that holds it)"
-    if isinstance(err, litellm.NotFoundError):
-        return "the judge API does not know this model or URL: check the model string and api_base"
-    if isinstance(err, litellm.BadRequestError):
-        return ("the judge API rejected the request: check the model string, the params, and whether this "
-                "model supports structured output (response_format)")
-    return "see the error above"
+def _failure(model: str, litellm: Any, err: Exception, retries: int) -> JudgeError:
+    """The JudgeError for a request that failed: "judge MODEL: <cause>: <type>…; <advice>". The cause's words
+    (judging.failures.CAUSES) are what the pages match on to explain it."""
+    cause = failure_cause(litellm, err)
+    said, advice = CAUSES[cause]
+    tried = f" persisted after {retries} retries" if retryable(cause) else ""
+    return JudgeError(f"{model}: {said}: {type(err).__name__}{tried} ({err}); {advice}")
 
 
 def _cost(litellm: Any, response: Any) -> float | None:
@@ -197,11 +192,7 @@ async def call_judge(*, model: str, messages: list[dict[str, Any]], response_for
                 retries += 1
                 await asyncio.sleep(delay)
                 continue
-            what = type(err).__name__
-            if _retryable(litellm, err):
-                raise JudgeError(f"judge {model}: {what} persisted after {retries} retries ({err}); the judge "
-                                 "API is down or rate-limiting: retry later or lower the concurrency") from err
-            raise JudgeError(f"judge {model}: {what}: {err} — {_advice(litellm, err)}") from err
+            raise _failure(f"judge {model}", litellm, err, retries) from err
         latency = time.perf_counter() - started
         usage = getattr(response, "usage", None)
         choice = response.choices[0] if response.choices else None
@@ -220,3 +211,49 @@ async def call_judge(*, model: str, messages: list[dict[str, Any]], response_for
             cache_write_tokens=_cache_write_tokens(usage),
             uncached_cost_usd=_uncached_cost(litellm, response, cost),
         )
+
+
+@dataclass
+class ChatReply:
+    """One chat completion of a model that is not judging (a distillation teacher, studio/teacher.py)."""
+
+    message: dict[str, Any]  # {"role": "assistant", "content": str, "tool_calls"?: [...]} in OpenAI's form
+    finish_reason: str
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    cost_usd: float | None
+    latency_s: float
+    transport_retries: int
+
+
+async def call_chat(*, model: str, messages: list[dict[str, Any]], params: dict[str, Any],
+                    tools: list[dict[str, Any]] | None = None, transport_retries: int = 3, backoff_s: float = 1.0,
+                    max_backoff_s: float = 30.0) -> ChatReply:
+    """A plain chat completion through litellm, with the judge's transport retries (timeouts, 429, 5xx) and its
+    errors (JudgeError with advice): how a teacher configured like a judge is called."""
+    litellm = _load_litellm()
+    kwargs = {"timeout": 120.0, **params, "max_retries": 0, "num_retries": 0}
+    if tools:
+        kwargs["tools"] = tools
+    retries = 0
+    while True:
+        started = time.perf_counter()
+        try:
+            response = await litellm.acompletion(model=model, messages=messages, **kwargs)
+        except Exception as err:
+            if _retryable(litellm, err) and retries < transport_retries:
+                delay = min(max_backoff_s, backoff_s * 2 ** retries) * (0.5 + random.random() / 2)
+                retries += 1
+                await asyncio.sleep(min(max_backoff_s, max(delay, _retry_after(err))))
+                continue
+            raise _failure(model, litellm, err, retries) from err
+        choice = response.choices[0]
+        message: dict[str, Any] = {"role": "assistant", "content": choice.message.content or ""}
+        if getattr(choice.message, "tool_calls", None):
+            message["tool_calls"] = [{"id": c.id, "type": "function", "function": {
+                "name": c.function.name, "arguments": c.function.arguments}} for c in choice.message.tool_calls]
+        usage = getattr(response, "usage", None)
+        return ChatReply(message=message, finish_reason=choice.finish_reason or "stop",
+                         prompt_tokens=getattr(usage, "prompt_tokens", None),
+                         completion_tokens=getattr(usage, "completion_tokens", None), cost_usd=_cost(litellm, response),
+                         latency_s=time.perf_counter() - started, transport_retries=retries)

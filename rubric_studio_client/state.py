@@ -7,7 +7,7 @@ from typing import Any
 
 ENDED = frozenset({"completed", "failed", "cancelled", "crashed"})
 # The sampling settings that are also `chat.completions.create` arguments.
-_CREATE_ARGS = ("temperature", "top_p", "max_tokens", "stop", "seed", "presence_penalty", "frequency_penalty")
+_CREATE_ARGS = ("temperature", "top_p", "max_tokens")
 
 
 @dataclass(frozen=True)

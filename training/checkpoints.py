@@ -20,6 +20,16 @@ class Checkpoint:
     adapter_name: str
 
 
+@dataclass
+class RunSummary:
+    """What a run (GRPO or SFT) returns: how it ended, its newest checkpoint and the metrics of each step."""
+
+    status: str  # completed | cancelled
+    steps_done: int
+    last_checkpoint: Checkpoint | None
+    history: list[dict[str, Any]]
+
+
 def adapter_name(run_name: str, step: int) -> str:
     """Versioned, so a stale adapter can never be served under the current name."""
     return f"{run_name}@{step}"
@@ -61,3 +71,41 @@ def save_state(state: Any, path: Path) -> None:
     partial = path.with_suffix(".partial")
     torch.save(state, partial)
     os.replace(partial, path)
+
+
+def adapter_mismatches(lora: Any, adapter_dir: Path) -> list[str]:
+    """How a fork's LoRA settings (`lora`, a LoraConfig) differ from its parent checkpoint's adapter_config.json,
+    one sentence per difference; [] when they agree. Loaded anyway, a parent of another shape would train
+    something else than the fork says: another alpha rescales every update, other targets drop tensors."""
+    path = Path(adapter_dir) / "adapter_config.json"
+    try:
+        parent = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        return [f"the parent checkpoint's adapter_config.json cannot be read ({err})"]
+    ours = {"rank (lora.r)": (lora.r, parent.get("r")),
+            "alpha (lora.alpha)": (lora.alpha, parent.get("lora_alpha")),
+            "target modules (lora.target_modules)": (sorted(lora.target_modules),
+                                                     sorted(_as_list(parent.get("target_modules")))),
+            # Settings this engine always trains with: bias none, plain (not rank-stabilised) scaling, nothing
+            # but the adapter trained.
+            "bias": ("none", parent.get("bias", "none")),
+            "rsLoRA": (False, bool(parent.get("use_rslora", False))),
+            "modules to save": ([], sorted(_as_list(parent.get("modules_to_save")))),
+            }
+    return [f"{what}: the fork has {mine!r}, the parent checkpoint {theirs!r}"
+            for what, (mine, theirs) in ours.items() if mine != theirs]
+
+
+def _as_list(value: Any) -> list[str]:
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else [str(v) for v in value]
+
+
+def refuse_mismatched_parent(lora: Any, adapter_dir: Path) -> None:
+    """A TrainingError naming each difference between a fork's LoRA settings and its parent's adapter."""
+    from training.errors import TrainingError
+
+    if problems := adapter_mismatches(lora, adapter_dir):
+        raise TrainingError(f"the fork's LoRA settings differ from its parent checkpoint's adapter ({adapter_dir}): "
+                            + "; ".join(problems) + ". Fork with the parent's LoRA settings")

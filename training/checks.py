@@ -17,9 +17,10 @@ from training.types import Scenario, Scorer, TrajectoryGroup
 
 
 def split_for_run(config: RunConfig, scenarios: list[Scenario]) -> tuple[list[Scenario], list[Scenario]]:
-    """(train, held_out) as the run's `evaluation` section says; a bad split is a clear error."""
+    """(train, held_out) as the run's `evaluation` section says; a bad split is a clear error. An SFT run
+    trains on conversations, so every one of its scenarios may be held out."""
     try:
-        return split_scenarios(scenarios, config.evaluation, config.seed)
+        return split_scenarios(scenarios, config.evaluation, config.seed, require_train=config.kind != "sft")
     except ValueError as err:
         raise TrainingError(str(err)) from None
 

@@ -13,6 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from training.errors import TrainingError
 from training.evaluation import EvaluationConfig
 from training.monitors import MonitorConfig
+from training.sft_config import SFTOptions
+from training.trackers import TrackersConfig
 
 
 class _Strict(BaseModel):
@@ -47,15 +49,26 @@ class ServerConfig(_Strict):
     extra_args: list[str] = Field(
         default_factory=list, description="vllm kind: further `vllm serve` flags, e.g. --gpu-memory-utilization 0.5."
     )
-    gpu_sharing: Literal["none", "sleep", "split"] = Field(
-        "none", description="vllm kind, when vLLM and the trainer use the same GPU. sleep: vLLM runs with "
-        "--enable-sleep-mode and sleeps (weights to CPU RAM, KV cache dropped) while the trainer steps, and wakes "
-        "before the new adapter is loaded; split: vLLM keeps `gpu_memory_utilization` of the GPU and the trainer "
-        "the rest; none: no plan (separate GPUs, or a model small enough)."
+    gpu_sharing: Literal["auto", "none", "sleep", "split"] = Field(
+        "auto", description="vllm kind, when vLLM and the trainer use the same GPU. auto: from the memory plan "
+        "(training/memory_plan.py): vLLM on a GPU of its own where the worker has one to spare (none), else split "
+        "when both fit side by side, else sleep, else the launch is refused with the plan's numbers; sleep: vLLM "
+        "runs with --enable-sleep-mode and sleeps (weights to CPU RAM, KV cache dropped) while the trainer steps, "
+        "and wakes before the new adapter is loaded; split: vLLM keeps `gpu_memory_utilization` of the GPU and the "
+        "trainer the rest; none: no plan (separate GPUs, or a model small enough)."
     )
     gpu_memory_utilization: float = Field(
         0.5, gt=0.0, lt=1.0, description="vllm kind with gpu_sharing 'split': vLLM's share of GPU memory "
         "(--gpu-memory-utilization)."
+    )
+    max_model_len: int | None = Field(
+        None, ge=16, le=1048576, description="vllm kind: the longest sequence (prompt and reply) vLLM serves "
+        "(--max-model-len). None: vLLM's default (the model's limit); the memory plan then budgets "
+        "min(4096, the model's limit) tokens per sequence."
+    )
+    max_num_seqs: int | None = Field(
+        None, ge=1, le=4096, description="vllm kind: sequences vLLM runs at once (--max-num-seqs). None: vLLM's "
+        "default; the memory plan then budgets the KV cache of one step's rollouts (group_size x groups_per_step)."
     )
     gpus: list[int] | None = Field(
         None, description="vllm kind: the GPUs vLLM runs on, as indices into the worker's visible GPUs "
@@ -73,7 +86,7 @@ class ServerConfig(_Strict):
     def _external_needs_url(self) -> "ServerConfig":
         if self.kind == "external" and not self.url:
             raise ValueError("server.kind 'external' needs server.url")
-        if self.kind != "vllm" and (self.gpu_sharing != "none" or self.gpus is not None):
+        if self.kind != "vllm" and (self.gpu_sharing not in ("auto", "none") or self.gpus is not None):
             raise ValueError("server.gpu_sharing and server.gpus apply to server.kind 'vllm' only")
         if self.gpus is not None:
             _check_gpu_list("server.gpus", self.gpus)
@@ -168,6 +181,11 @@ class TrainerConfig(_Strict):
         None, description="The GPUs the trainer uses, as indices into the worker's visible GPUs: one per process "
         "(process LOCAL_RANK takes gpus[LOCAL_RANK]). None = cuda:LOCAL_RANK (cuda:0 in one process)."
     )
+    collective_timeout_s: float = Field(
+        1800.0, gt=0.0, le=86400.0, description="Several processes: how long one collective (a step's gradient "
+        "reductions, the optimizer snapshot) may wait for every rank before the run fails. Waits between steps "
+        "(rollouts, a review, a pause) are not collectives: the other ranks wait for rank 0 without a limit."
+    )
     processes: int | None = Field(
         None, ge=1, le=1024, description="Training processes a worker starts for the run through torchrun "
         "(--nproc-per-node) when trainer.distributed is ddp or fsdp. None = one per trainer.gpus entry. "
@@ -217,6 +235,10 @@ class PipelineConfig(_Strict):
 
 
 class RunConfig(_Strict):
+    kind: Literal["grpo", "sft"] = Field(
+        "grpo", description="grpo: reinforce from scored rollouts of `scenarios`; sft: teach from the "
+        "conversations of the `sft` section (training/sft_loop.py). Both share the adapter, checkpoints, events, "
+        "held-out evaluation and forks.")
     name: str = Field("run", pattern=r"^[A-Za-z0-9_.-]+$", description="Also the adapter name prefix.")
     base_model: str = Field(description="HF hub id or local directory of the base model.")
     system_prompt: str = ""
@@ -254,11 +276,20 @@ class RunConfig(_Strict):
     evaluation: EvaluationConfig = Field(
         default_factory=EvaluationConfig, description="Held-out evaluation against the base model (off by default).")
     monitors: MonitorConfig = Field(default_factory=MonitorConfig, description="Reward-hacking and health monitors.")
+    trackers: TrackersConfig = Field(default_factory=TrackersConfig, description="Experiment trackers (W&B, MLflow) "
+                                     "that receive the run's metrics too (training/trackers.py; none by default).")
+    sft: SFTOptions | None = Field(None, description="kind sft: the conversations and how to train on them "
+                                   "(training/sft_config.py; defaults when left out); grpo runs refuse it.")
 
     @model_validator(mode="after")
     def _scenarios_given(self) -> "RunConfig":
-        if not self.scenarios and not self.scenarios_file:
+        # An SFT run trains on conversations; its scenarios, if any, serve the held-out evaluation only.
+        if self.kind == "grpo" and not self.scenarios and not self.scenarios_file:
             raise ValueError("give `scenarios` or `scenarios_file`")
+        if self.kind == "grpo" and self.sft is not None:
+            raise ValueError("the `sft` section is for kind 'sft' runs; set kind to 'sft' or remove it")
+        if self.kind == "sft" and self.sft is None:
+            self.sft = SFTOptions()
         if self.trainer.require_gpu and self.server.kind in ("local", "inprocess"):
             raise ValueError(f"trainer.require_gpu refuses server.kind '{self.server.kind}' (our CPU/test server): "
                              "use server.kind 'vllm' or 'external'")
@@ -290,7 +321,8 @@ def parse_run_config(data: dict[str, Any]) -> RunConfig:
         raise TrainingError(f"invalid run config: {describe_validation_error(err)}") from None
 
 
-def load_run_config(path: str | Path) -> RunConfig:
+def load_run_config(path: str | Path, *, kind: str | None = None) -> RunConfig:
+    """The config in `path`; `kind` (the `sft` command's "sft") fills a missing `kind` and refuses another."""
     p = Path(path)
     try:
         data = json.loads(p.read_text())
@@ -300,4 +332,8 @@ def load_run_config(path: str | Path) -> RunConfig:
         raise TrainingError(f"config file {p} is not valid JSON: {err}") from None
     if not isinstance(data, dict):
         raise TrainingError(f"config file {p} must hold a JSON object")
+    if kind is not None:
+        if data.setdefault("kind", kind) != kind:
+            raise TrainingError(f"config file {p} is a {data['kind']!r} run; this command trains {kind!r} runs "
+                                "(use `python -m training run` for any kind)")
     return parse_run_config(data)

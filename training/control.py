@@ -5,7 +5,8 @@ state changes. The web app implements this on the Run row; the CLI uses `StaticC
 """
 from __future__ import annotations
 
-from typing import Literal, Protocol
+import asyncio
+from typing import Any, Literal, Protocol
 
 ControlState = Literal["run", "pause", "cancel"]
 
@@ -25,3 +26,12 @@ class StaticControl:
 
     def state(self) -> ControlState:
         return self._state
+
+
+async def wait_for_go(control: Control, on_hold: Any = None) -> bool:
+    """Holds while paused; False when the run is cancelled. `on_hold` runs once before a pause or a cancel."""
+    if control.state() != "run" and on_hold is not None:
+        await on_hold()
+    while (state := control.state()) == "pause":
+        await asyncio.sleep(0.2)
+    return state != "cancel"

@@ -5,7 +5,7 @@ Launch with torchrun (or `accelerate launch`), which sets RANK, WORLD_SIZE, LOCA
     torchrun --nproc-per-node 4 -m training run --config config.json
 
 Rank 0 runs the loop (rollouts, scoring, checkpoints) and sends each step's groups to the others
-(`broadcast_from_rank0`), and SNAPSHOT when it saves the optimizer state (a collective under FSDP); every process
+(`send_to_ranks` / `receive_from_rank0`, over the rendezvous store: see ControlChannel), and SNAPSHOT when it saves the optimizer state (a collective under FSDP); every process
 then holds the same step's trajectory groups and trains on its own shard of the rows, and the library's
 collectives (DDP's gradient all-reduce, `all_reduce` of token counts and metrics) make the update the one a single
 process would make: each micro-batch's loss is weighted by its share of the tokens of all ranks, and the DDP
@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
+import time
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -39,11 +42,65 @@ def launched_rank() -> int:
     return int(os.environ.get("RANK", "0"))
 
 
-def broadcast_from_rank0(obj: Any) -> Any:
-    """Rank 0's object on every rank (torch.distributed.broadcast_object_list); `obj` on the others is ignored."""
-    box = [obj]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
+class ControlChannel:
+    """Rank 0's instructions to the other ranks (a step's groups, SNAPSHOT, the run's final status) through the
+    rendezvous store torchrun set up, which the other ranks poll: a wait here has no timeout, so rollouts, a
+    review gate or a pause of any length between two steps never trips the collective timeout (NCCL's default
+    is 10 minutes; `trainer.collective_timeout_s` only needs to cover a step's own collectives). Message k is
+    the store key control/k; each reader acknowledges it, and rank 0 deletes a message every rank has read.
+    A rank 0 that dies takes the store with it: the others' poll then fails, and torchrun ends the run."""
+
+    PREFIX = "studio/control/"
+
+    def __init__(self, store: Any, rank: int, world: int, poll_s: float = 0.05, heartbeat_s: float = 300.0) -> None:
+        self.store, self.rank, self.world = store, rank, world
+        self.poll_s, self.heartbeat_s = poll_s, heartbeat_s
+        self.sent = self.received = 0
+        self.longest_wait_s = 0.0  # the longest a receive waited (reported by tests and logs)
+
+    def send(self, obj: Any) -> None:
+        readers = self.world - 1
+        read_by_all = self.store.add(self.PREFIX + "acks", 0) // readers if readers else self.sent
+        for k in range(max(0, read_by_all - 8), read_by_all):  # the ones read since the last send (at most a few)
+            self.store.delete_key(f"{self.PREFIX}{k}")
+        self.store.set(f"{self.PREFIX}{self.sent}", pickle.dumps(obj))
+        self.sent += 1
+
+    def receive(self) -> Any:
+        key = f"{self.PREFIX}{self.received}"
+        started = last_beat = time.monotonic()
+        while not self.store.check([key]):
+            time.sleep(self.poll_s)
+            if time.monotonic() - last_beat >= self.heartbeat_s:
+                last_beat = time.monotonic()
+                log.info("rank %d: waiting for rank 0's next instruction for %.0f s", self.rank, last_beat - started)
+        self.longest_wait_s = max(self.longest_wait_s, time.monotonic() - started)
+        obj = pickle.loads(self.store.get(key))
+        self.store.add(self.PREFIX + "acks", 1)
+        self.received += 1
+        return obj
+
+
+_channel: ControlChannel | None = None
+
+
+def control_channel() -> ControlChannel:
+    """This process's channel to rank 0 (made once, on the default process group's store)."""
+    global _channel
+    if _channel is None:
+        rank, world = rank_and_world()
+        _channel = ControlChannel(dist.distributed_c10d._get_default_store(), rank, world)
+    return _channel
+
+
+def send_to_ranks(obj: Any) -> None:
+    """Rank 0: the next instruction for every other rank."""
+    control_channel().send(obj)
+
+
+def receive_from_rank0() -> Any:
+    """A rank above 0: rank 0's next instruction, however long it takes to come."""
+    return control_channel().receive()
 
 
 def leave() -> None:
@@ -60,14 +117,17 @@ def leave() -> None:
         dist.destroy_process_group()
 
 
-def init_from_env(device: str, gpus: list[int] | None = None) -> None:
-    """Joins the process group torchrun describes in the environment (nccl on CUDA, gloo on CPU)."""
+def init_from_env(device: str, gpus: list[int] | None = None, timeout_s: float | None = None) -> None:
+    """Joins the process group torchrun describes in the environment (nccl on CUDA, gloo on CPU); `timeout_s`
+    bounds each collective (trainer.collective_timeout_s; None: torch's default)."""
+    global _channel
     if is_distributed() or "WORLD_SIZE" not in os.environ:
         return
+    _channel = None  # a new group has a new store
     backend = "nccl" if device.startswith("cuda") else "gloo"
     if backend == "nccl":
         torch.cuda.set_device(torch.device(local_device(device, gpus)))
-    dist.init_process_group(backend=backend)
+    dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s) if timeout_s else None)
 
 
 def local_device(device: str, gpus: list[int] | None = None) -> str:

@@ -28,6 +28,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from training.episodes import first_side
 from training.types import Scenario, Scorer, Trajectory, TrajectoryGroup
 
 CHECKPOINT, BASE = "checkpoint", "base"
@@ -51,10 +52,11 @@ class EvaluationConfig(BaseModel):
         return self.held_out_fraction > 0 or bool(self.held_out_ids)
 
 
-def split_scenarios(scenarios: list[Scenario], config: EvaluationConfig,
-                    seed: int) -> tuple[list[Scenario], list[Scenario]]:
+def split_scenarios(scenarios: list[Scenario], config: EvaluationConfig, seed: int, *,
+                    require_train: bool = True) -> tuple[list[Scenario], list[Scenario]]:
     """(train, held_out). A scenario is held out when its id is listed or its seeded hash falls under the
-    fraction: the split depends on the id alone, so adding scenarios never moves an existing one."""
+    fraction: the split depends on the id alone, so adding scenarios never moves an existing one.
+    `require_train=False`: every scenario may be held out (an SFT run trains on conversations, not on these)."""
     listed = set(config.held_out_ids)
     unknown = listed - {s.id for s in scenarios}
     if unknown:
@@ -67,7 +69,7 @@ def split_scenarios(scenarios: list[Scenario], config: EvaluationConfig,
     if config.held_out_fraction > 0 and not held_out:  # too few scenarios for the fraction: hold out one
         held_out = [min(scenarios, key=lambda s: zlib.crc32(f"{seed}:{s.id}".encode()))]
     train = [s for s in scenarios if s not in held_out]
-    if config.enabled and not train:
+    if config.enabled and not train and require_train:
         raise ValueError("the evaluation split leaves no scenario to train on")
     return train, held_out
 
@@ -194,7 +196,8 @@ class Evaluator:
     async def _answers(self, client: Any, model: str, scenario: Scenario) -> list[Trajectory]:
         results = await asyncio.gather(*(self.env.rollout(client, model, scenario, self.rollout_config)
                                          for _ in range(self.config.samples)), return_exceptions=True)
-        return [r for r in results if isinstance(r, Trajectory)]
+        # A game with several players is compared on its first role (the seat the policy is evaluated in).
+        return [first_side(r) for r in results if not isinstance(r, BaseException)]
 
     async def _scenario(self, step: int, client: Any, model: str, base_model: str,
                         scenario: Scenario) -> ScenarioComparison | None:

@@ -33,6 +33,18 @@ class RunStarted(Event):
 
 
 @dataclass
+class MemoryPlanned(Event):
+    """The memory plan the run starts with (training/memory_plan.py): how vLLM and the trainer share the GPUs
+    (`sharing`: none, split, sleep; cpu without a GPU), why, vLLM's memory share where it is set, and the
+    plan's lines as a person reads them."""
+    kind: ClassVar[str] = "memory_planned"
+    sharing: str
+    reason: str
+    gpu_memory_utilization: float | None = None
+    lines: list[str] = field(default_factory=list)
+
+
+@dataclass
 class GroupRolledOut(Event):
     kind: ClassVar[str] = "group_rolled_out"
     step: int
@@ -57,6 +69,7 @@ class GroupScored(Event):
     skipped: bool
     errors: list[str] = field(default_factory=list)
     scoring_error: str | None = None
+    role: str = ""  # the part its trajectories played, in a game with several players (training/episodes.py)
 
 
 @dataclass
@@ -168,6 +181,18 @@ class EvaluationFinished(Event):
 
 
 @dataclass
+class HeldOutLoss(Event):
+    """An SFT run's loss on its held-out conversations, which it never trains on: the mean cross-entropy over
+    their assistant tokens after `step`, the tokens that mean rests on, and the conversations."""
+
+    kind: ClassVar[str] = "held_out_loss"
+    step: int
+    loss: float | None
+    tokens: int
+    conversations: int
+
+
+@dataclass
 class MonitorAlert(Event):
     """A monitor crossed its threshold (training.monitors); `pause` asks the watcher to pause the run."""
 
@@ -178,6 +203,15 @@ class MonitorAlert(Event):
     threshold: float
     message: str
     pause: bool
+
+
+@dataclass
+class TrackerFailed(Event):
+    """An experiment tracker (training/trackers.py) failed: it is dropped for the rest of the run, which goes on."""
+
+    kind: ClassVar[str] = "tracker_failed"
+    tracker: str
+    error: str
 
 
 EventSink = Callable[[Event], None]

@@ -8,8 +8,9 @@ The loop's side (a second rollout source beside the environments):
   within `group_timeout_s` (paused time not counted) is recorded as failed rollouts (`on_missing: skip`, the
   step trains on the groups that came, within `max_rollout_failures`) or fails the run (`on_missing: fail`).
 - `assemble_trajectory` turns a submission into the engine's Trajectory from the calls recorded for it: every
-  assistant turn must be an answer the model sampled, and it trains on exactly the sampled token ids and
-  log-probs (DESIGN §8.6); `allow_unsampled` lets other turns in, re-tokenised from their text.
+  assistant turn must be an answer the model sampled, after exactly the messages (and tools) that call was sent,
+  in a conversation that opens with the run's system prompt and its group's scenario; it trains on exactly the
+  sampled token ids and log-probs (DESIGN §8.6); `allow_unsampled` lets other turns in, re-tokenised.
 - `serve_http` gives an in-process inference engine an HTTP front, so the web app can forward to it.
 - `sse_chunks` writes a completion as a `stream: true` answer.
 Pure Python: no Django, no torch.
@@ -25,13 +26,14 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from training.environments.base import opening_messages
 from training.environments.external import ExternalOptions
 from training.errors import TrainingError
 from training.events import RolloutsClosed, RolloutsWanted
 from training.types import Message, Scenario, Trajectory, TrajectoryGroup
 
-__all__ = ["ExternalOptions", "ExternalRollouts", "Inbox", "StaleModel", "UnsampledTurn", "assemble_trajectory",
-           "serve_http", "sse_chunks"]
+__all__ = ["ExternalOptions", "ExternalRollouts", "Inbox", "StaleModel", "UnsampledTurn", "WrongContext",
+           "assemble_trajectory", "group_opening", "serve_http", "sse_chunks"]
 
 
 class Inbox:
@@ -181,12 +183,75 @@ def clean_message(message: dict[str, Any]) -> Message:
     return clean
 
 
+class WrongContext(UnsampledTurn):
+    """An assistant turn that was sampled, but after other messages than the ones the submission puts before it
+    (or a trajectory that does not open with its group's system prompt and scenario)."""
+
+
+def same_message(a: Message, b: Message) -> bool:
+    """Two cleaned messages in a conversation's context: an assistant's as `same_answer`, any other exactly."""
+    if a.get("role") == b.get("role") == "assistant":
+        return same_answer(a, b)
+    return a == b
+
+
+def first_difference(recorded: list[dict[str, Any]], prefix: list[Message]) -> int | None:
+    """The index of the first message where a call's recorded messages and a submission's prefix differ (the
+    shorter list's length when one only extends the other); None when they are the same conversation."""
+    for i, (a, b) in enumerate(zip(recorded, prefix)):
+        if not same_message(clean_message(a), b):
+            return i
+    return None if len(recorded) == len(prefix) else min(len(recorded), len(prefix))
+
+
+def _opening_checked(conversation: list[Message], opening: list[dict[str, Any]]) -> None:
+    for i, expected in enumerate(clean_message(m) for m in opening):
+        if i >= len(conversation) or conversation[i] != expected:
+            what = "the run's system prompt" if expected["role"] == "system" else "its group's scenario"
+            raise WrongContext(f"message {i} ({expected['role']}) must be {what}, as the step gave it: a trajectory "
+                               "trains only in the context it was rolled out in")
+
+
+def group_opening(scenario: dict[str, Any], system_prompt: str) -> list[Message]:
+    """The messages a trajectory of a group begins with: the run's system prompt and the group's scenario, as the
+    built-in environments open (and as the client's `step.messages(scenario)` builds them)."""
+    return opening_messages(Scenario(id=str(scenario.get("id", "")), user_message=str(scenario.get("user_message")
+                                                                                        or ""),
+                                     context=scenario.get("context") or None), system_prompt)
+
+
+_NO_TURN_YET = object()
+
+
+def _match(calls: list[dict[str, Any]], start: int, conversation: list[Message], index: int,
+           tools: Any) -> tuple[int | None, dict[str, Any] | None, str | None]:
+    """(call index, choice, why not) for the assistant message at `index`: the first call from `start` on that
+    answered it after exactly the messages before it, with the same tools as the turns matched before it."""
+    message, why = conversation[index], None
+    for k in range(start, len(calls)):
+        choice = next((c for c in calls[k]["choices"] if same_answer(c["message"], message)), None)
+        if choice is None:
+            continue
+        differs = first_difference(calls[k]["request"]["messages"], conversation[:index])
+        if differs is not None:
+            why = why or (f"message {index} (assistant) was sampled after other messages than the ones before it "
+                          f"here (message {differs} differs from what the call that produced it was sent)")
+        elif tools is not _NO_TURN_YET and (calls[k]["request"].get("tools") or None) != tools:
+            why = why or f"message {index} (assistant) was sampled with other tools than the turns before it"
+        else:
+            return k, choice, None
+    return None, None, why
+
+
 def assemble_trajectory(*, scenario_id: str, calls: list[dict[str, Any]], messages: list[dict[str, Any]] | None,
                         reward: float | None, metadata: dict[str, Any], model: str | None,
-                        allow_unsampled: bool) -> dict[str, Any]:
+                        allow_unsampled: bool, opening: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """A submitted trajectory as the engine's Trajectory dict, its assistant turns matched to recorded calls in
     order (see the module docstring). `calls`: oldest first, {"model", "request": {"messages", "tools"},
-    "choices": [{"message", "token_ids", "logprobs", "finish_reason"}], "completion_tokens"}."""
+    "choices": [{"message", "token_ids", "logprobs", "finish_reason"}], "completion_tokens"}, where "messages"
+    is everything the call was sent. A turn matches a call only when the messages before it are the ones that
+    call was sent (the same tools too): its tokens were sampled in that context and no other. `opening`: the
+    messages the trajectory must begin with (the run's system prompt and its group's scenario)."""
     if messages is None:
         if not calls:
             raise UnsampledTurn("the trajectory has no recorded call and no messages: make its calls inside "
@@ -194,30 +259,29 @@ def assemble_trajectory(*, scenario_id: str, calls: list[dict[str, Any]], messag
         last = calls[-1]
         messages = [*last["request"]["messages"], last["choices"][0]["message"]]
     conversation = [clean_message(m) for m in messages]
+    if opening is not None:
+        _opening_checked(conversation, opening)
     trajectory = Trajectory(scenario_id=scenario_id, messages=conversation, env_reward=reward,
                             metadata=dict(metadata))
-    position = 0  # calls before this one are used up: turns are matched in the order they were sampled
+    position, tools = 0, _NO_TURN_YET  # calls before `position` are used up: turns are matched in the order sampled
     for index, message in enumerate(conversation):
         if message["role"] != "assistant":
             continue
-        match = None
-        for k in range(position, len(calls)):
-            choice = next((c for c in calls[k]["choices"] if same_answer(c["message"], message)), None)
-            if choice is not None:
-                match, position = (calls[k], choice), k + 1
-                break
-        if match is None:
+        k, choice, why = _match(calls, position, conversation, index, tools)
+        if k is None or choice is None:
             if not allow_unsampled:
-                raise UnsampledTurn(f"message {index} (assistant) was not sampled through this run's endpoint for "
-                                    f"this trajectory: only sampled turns train (the run does not allow others)")
+                raise WrongContext(why) if why else UnsampledTurn(
+                    f"message {index} (assistant) was not sampled through this run's endpoint for this trajectory: "
+                    "only sampled turns train (the run does not allow others)")
             trajectory.turn_token_ids.append(None)
             trajectory.turn_logprobs.append(None)
             continue
-        call, choice = match
+        call, position = calls[k], k + 1
         if model is not None and call["model"] != model:
             raise StaleModel(f"message {index} (assistant) was sampled with {call['model']!r}, but this step "
                              f"rolls out with {model!r}")
-        trajectory.tools = call["request"].get("tools") or trajectory.tools
+        tools = call["request"].get("tools") or None
+        trajectory.tools = tools or trajectory.tools
         trajectory.turn_token_ids.append(choice.get("token_ids"))
         trajectory.turn_logprobs.append(choice.get("logprobs"))
         trajectory.completion_tokens += len(choice.get("token_ids") or [])
@@ -249,20 +313,22 @@ WILDCARDS = ("0.0.0.0", "::", "")
 
 def serve_http(server: Any, host: str) -> tuple[str, Any]:
     """(base URL, stop) of the server's OpenAI-compatible HTTP endpoint: its own for a server behind HTTP; for an
-    in-process engine, a front of the local server's handler on `host` (a wildcard host is announced by name)."""
+    in-process engine, the local server's app in a thread, on `host` (a wildcard host is announced by name) under
+    the same rule as the local server: a host other than loopback needs the deployment's token, which every
+    request must then carry."""
     if not str(server.base_url).startswith("inprocess:"):
         url = urlsplit(server.base_url)
         if url.hostname in WILDCARDS:  # listening everywhere: reached by this machine's name
             url = url._replace(netloc=f"{socket.gethostname()}:{url.port}")
         return urlunsplit(url), lambda: None
-    from training.servers.local import Server, make_handler
+    from training.servers.local import LocalApp
+    from training.servers.serving import Limits, bind_refusal, inference_token, serve_in_thread
 
-    front = Server((host, 0), make_handler(server.engine))
-    threading.Thread(target=front.serve_forever, daemon=True, name="external-endpoint").start()
+    token = inference_token()
+    if refusal := bind_refusal(host, token):
+        raise TrainingError(f"server.host: {refusal}")
+    limits = Limits()
+    port, stop = serve_in_thread(LocalApp(server.engine, token=token, limits=limits), host, limits,
+                                 name="external-endpoint")
     name = socket.gethostname() if host in WILDCARDS else host
-
-    def stop() -> None:
-        front.shutdown()
-        front.server_close()
-
-    return f"http://{name}:{front.server_port}/v1", stop
+    return f"http://{name}:{port}/v1", stop

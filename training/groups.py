@@ -11,26 +11,23 @@ from typing import Any
 from training.config import GRPOConfig
 from training.environments import RolloutConfig
 from training.errors import TrainingError
+from training.episodes import groups_by_role
 from training.events import GroupScored
 from training.group_client import GroupClient
 from training.grpo import group_advantages
 from training.types import Scenario, Scorer, Trajectory, TrajectoryGroup
 
 
-async def rollout_group(env: Any, client: Any, model: str, scenario: Scenario, config: RolloutConfig,
-                        size: int) -> TrajectoryGroup:
+async def rollout_groups(env: Any, client: Any, model: str, scenario: Scenario, config: RolloutConfig,
+                         size: int) -> list[TrajectoryGroup]:
+    """`size` episodes of one scenario, as one group per role the policy plays (one group for one player)."""
     client = GroupClient(client)  # identical turns of the group go out as one request with n choices
     results = await asyncio.gather(*(env.rollout(client, model, scenario, config) for _ in range(size)),
                                    return_exceptions=True)
-    group = TrajectoryGroup(scenario=scenario, trajectories=[])
     for r in results:
         if isinstance(r, TrainingError):
             raise r  # the engine itself is broken (e.g. a stale adapter): stop rather than train on it
-        if isinstance(r, BaseException):
-            group.errors.append(f"{type(r).__name__}: {r}")
-        else:
-            group.trajectories.append(r)
-    return group
+    return groups_by_role(scenario, env.roles(config.options), results)
 
 
 async def score_group(group: TrajectoryGroup, scorer: Scorer, grpo: GRPOConfig) -> tuple[float, float]:
@@ -62,7 +59,7 @@ def apply_scores(group: TrajectoryGroup, grpo: GRPOConfig) -> None:
 def group_event(step: int, index: int, group: TrajectoryGroup) -> GroupScored:
     rewards = [t.reward for t in group.trajectories if t.reward is not None]
     return GroupScored(
-        step=step, group_index=index, scenario_id=group.scenario.id,
+        step=step, group_index=index, scenario_id=group.scenario.id, role=group.role,
         trajectories=[t.to_dict() for t in group.trajectories],
         reward_mean=statistics.fmean(rewards) if rewards else None,
         reward_std=statistics.pstdev(rewards) if rewards else None,

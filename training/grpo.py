@@ -86,6 +86,7 @@ def token_logprobs(
     *,
     temperature: float = 1.0,
     chunk_tokens: int = 1024,
+    position_ids: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """input_ids [B, T] -> log p(token t | tokens < t) [B, T] at the positions where `mask` [B, T] is set (0 elsewhere).
 
@@ -94,11 +95,17 @@ def token_logprobs(
     log_softmax over every position (B×T×V) is never built. Logits are divided by the sampling `temperature`,
     as the sampler did, so the update is on-policy for any temperature (0, greedy, is treated as 1).
     `model` is a causal LM (a peft model is unwrapped to its base; its LoRA layers stay in place).
+    `position_ids` [B, T] that restart at 0 mark packed sequences (SFT): with no attention mask, transformers
+    then keeps each sequence's attention within itself.
     """
     lm = model.get_base_model() if hasattr(model, "get_base_model") else model
     body, head = lm.get_decoder(), lm.get_output_embeddings()
     softcap = getattr(lm.config, "final_logit_softcapping", None)  # Gemma 2/3 cap their logits
-    hidden = body(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # [B, T, H]
+    if position_ids is None:
+        hidden = body(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # [B, T, H]
+    else:  # no cache: with one, transformers would not look for packed sequences in the position ids
+        hidden = body(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                      use_cache=False).last_hidden_state
     wanted = torch.ones_like(input_ids, dtype=torch.bool) if mask is None else mask.bool()
     wanted = wanted.clone()
     wanted[:, 0] = False  # position 0 has no prediction

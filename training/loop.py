@@ -6,7 +6,7 @@ next step's rollouts run while a step trains (training/pipeline.py), one step st
 (rolled out, scored, advantages, its event) is in training/groups.py.
 
 Library use: `await train(config, scorer=..., sink=..., control=..., review=...)` or `run(config, ...)`.
-The CLI is `python -m training run --config FILE.json`.
+The CLI is `python -m training run --config FILE.json`. SFT runs (`kind: "sft"`) go to training/sft_loop.py.
 """
 from __future__ import annotations
 
@@ -15,34 +15,26 @@ import json
 import random
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from training.checkpoints import (Checkpoint, adapter_name, checkpoint_dir, commit_checkpoint, latest_checkpoint,
-                                  latest_optimizer_state, save_state)
+from training.checkpoints import (Checkpoint, RunSummary, adapter_name, checkpoint_dir, commit_checkpoint,
+                                  latest_checkpoint, latest_optimizer_state, refuse_mismatched_parent, save_state)
 from training.checks import RunChecks, split_for_run
 from training.config import RunConfig
-from training.control import Control, StaticControl
+from training.control import Control, StaticControl, wait_for_go
 from training.environments import RolloutConfig, get_environment, parse_options
 from training.errors import TrainingError
-from training.events import (CheckpointSaved, EventSink, GroupRolledOut, JudgeUsage, ReviewApplied, ReviewRequested,
-                             RunFailed, RunFinished, RunStarted, StepFinished, TrainStep, null_sink)
-from training.groups import apply_scores, covered_seconds, group_event, rollout_group, score_group, step_metrics
+from training.events import (CheckpointSaved, EventSink, GroupRolledOut, JudgeUsage, MemoryPlanned, ReviewApplied,
+                             ReviewRequested, RunFailed, RunFinished, RunStarted, StepFinished, TrainStep, null_sink)
+from training.gpu_sharing import GpuReader, check_trainer_fits, gpu_index, read_gpus, resolve_sharing
+from training.groups import apply_scores, covered_seconds, group_event, rollout_groups, score_group, step_metrics
 from training.pipeline import Ahead, StepRollouts, is_pipelined, set_threads, split_cores
 from training.scenarios import load_scenarios
 from training.types import ReviewHook, Scenario, Scorer, TrajectoryGroup, env_reward_scorer
 
 if TYPE_CHECKING:
     from training.external import Inbox
-
-
-@dataclass
-class RunSummary:
-    status: str  # completed | cancelled
-    steps_done: int
-    last_checkpoint: Checkpoint | None
-    history: list[dict[str, Any]]
 
 
 def scenarios_for_step(scenarios: list[Scenario], step: int, per_step: int, seed: int) -> list[Scenario]:
@@ -56,22 +48,13 @@ def scenarios_for_step(scenarios: list[Scenario], step: int, per_step: int, seed
     return chosen
 
 
-async def wait_for_go(control: Control, on_hold: Any = None) -> bool:
-    """Holds while paused; False when the run is cancelled. `on_hold` runs once before a pause or a cancel."""
-    if control.state() != "run" and on_hold is not None:
-        await on_hold()
-    while (state := control.state()) == "pause":
-        await asyncio.sleep(0.2)
-    return state != "cancel"
-
-
 async def follow_rank0(trainer: Any, on_trainer: Any, start: int) -> RunSummary:
     """A rank above 0 under torchrun: rank 0 rolls out, scores, checkpoints and serves; this process trains on
     each step's groups as rank 0 sends them (the trainer's collectives need every rank), until a status arrives."""
     from training import distributed
 
     steps = 0
-    while not isinstance(message := await on_trainer(distributed.broadcast_from_rank0, None), str):
+    while not isinstance(message := await on_trainer(distributed.receive_from_rank0), str):
         if message == distributed.SNAPSHOT:
             await on_trainer(trainer.optimizer_snapshot)  # rank 0 writes it; FSDP needs every rank to gather it
             continue
@@ -82,8 +65,28 @@ async def follow_rank0(trainer: Any, on_trainer: Any, start: int) -> RunSummary:
 
 async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventSink = null_sink,
                 control: Control | None = None, review: ReviewHook | None = None,
-                inbox: Inbox | None = None) -> RunSummary:
-    """Trains the run. An `external` agent's groups arrive in `inbox` (training/external.py)."""
+                inbox: Inbox | None = None, gpu_reader: GpuReader = read_gpus) -> RunSummary:
+    """Trains the run. An `external` agent's groups arrive in `inbox` (training/external.py). An SFT run
+    (`kind: "sft"`) is trained by training/sft_loop.py, with the same events, checkpoints and summary. The
+    run's experiment trackers (config.trackers) receive its events beside `sink` (training/trackers.py).
+    `gpu_reader` says what memory the worker's GPUs have (and have free): the memory plan's input."""
+    from training import distributed
+    from training.trackers import tracking
+
+    if distributed.launched_rank() > 0:  # under torchrun only rank 0 reports
+        return await _train(config, scorer=scorer, sink=sink, control=control, review=review, inbox=inbox,
+                            gpu_reader=gpu_reader)
+    with tracking(config, sink) as tracked:
+        return await _train(config, scorer=scorer, sink=tracked, control=control, review=review, inbox=inbox,
+                            gpu_reader=gpu_reader)
+
+
+async def _train(config: RunConfig, *, scorer: Scorer | None, sink: EventSink, control: Control | None,
+                 review: ReviewHook | None, inbox: Inbox | None, gpu_reader: GpuReader) -> RunSummary:
+    if config.kind == "sft":
+        from training.sft_loop import train_sft
+
+        return await train_sft(config, scorer=scorer, sink=sink, control=control)
     from training import distributed
     from training.servers import start_server
     from training.trainer import Trainer, pick_device, release_cached_memory
@@ -97,6 +100,7 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
     rollout_config = RolloutConfig(config.system_prompt, config.sampling,
                                    parse_options(env, config.environment.options))
     await env.launch(rollout_config.options)  # e.g. an MCP server that does not start refuses the run here
+    roles = env.roles(rollout_config.options)  # one group per (scenario, role) each step
     scenarios, held_out = split_for_run(config, scenarios)  # held-out scenarios are never trained on
     external_agent = config.environment.kind == "external"
     if external_agent and inbox is None:
@@ -109,6 +113,8 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
     start = checkpoint.step + 1 if checkpoint else 1
     if config.init_checkpoint and not (Path(config.init_checkpoint) / "adapter_model.safetensors").exists():
         raise TrainingError(f"init_checkpoint {config.init_checkpoint} holds no adapter (adapter_model.safetensors)")
+    if config.init_checkpoint:
+        refuse_mismatched_parent(config.lora, Path(config.init_checkpoint))
     if distributed.launched_rank() > 0:  # under torchrun only rank 0 reports and writes
         sink = null_sink
     else:
@@ -116,6 +122,21 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
     sink(RunStarted(run_name=config.name, start_step=start, total_steps=config.steps, resumed=checkpoint is not None,
                     checkpoint_path=str(checkpoint.path) if checkpoint else "",
                     adapter_name=checkpoint.adapter_name if checkpoint else ""))
+    try:  # server.gpu_sharing 'auto' becomes none, split or sleep here; a plan that does not fit stops the run
+        config, plan = resolve_sharing(config, gpu_reader())
+    except TrainingError as err:
+        sink(RunFailed(step=start, error=f"TrainingError: {err}"))
+        raise
+    if plan is not None:
+        sink(MemoryPlanned(sharing=plan.sharing, reason=plan.reason, lines=plan.lines(),
+                           gpu_memory_utilization=config.server.gpu_memory_utilization
+                           if config.server.gpu_sharing in ("split", "sleep") else None))
+
+    def check_fit() -> None:
+        """The trainer's step against the memory its GPU has free now (nothing to check without a plan)."""
+        if plan is not None:
+            check_trainer_fits(trainer.step_bytes(), gpu_index(trainer.device) if trainer.device.startswith("cuda")
+                               else plan.trainer_gpus[0], gpu_reader())
 
     history: list[dict[str, Any]] = []
     step = start
@@ -142,7 +163,7 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
         if unsaved is not None:
             target, unsaved = unsaved.path / "optimizer.pt", None
             if distributed.rank_and_world()[1] > 1:
-                await on_trainer(distributed.broadcast_from_rank0, distributed.SNAPSHOT)
+                await on_trainer(distributed.send_to_ranks, distributed.SNAPSHOT)
             snapshot = await on_trainer(trainer.optimizer_snapshot)
             writes.append(loop.run_in_executor(writer, save_state, snapshot, target))
         if wait:
@@ -174,12 +195,17 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
             await on_trainer(lambda: trainer.load(checkpoint.path, optimizer=False))
         elif config.init_checkpoint:
             await on_trainer(lambda: trainer.load(Path(config.init_checkpoint), optimizer=False))
+        sleeping_server = config.server.kind == "vllm" and config.server.gpu_sharing == "sleep"
+        if rank > 0 or sleeping_server:  # a sleeping vLLM leaves the trainer what is free before it starts
+            check_fit()
         if rank > 0:
             summary = await follow_rank0(trainer, on_trainer, start)
             await on_trainer(distributed.leave)
             return summary
         server = start_server(config.server, config.base_model, out / "server.log", device=device,
                               threads=cores[0] if cores else 0)
+        if not sleeping_server:  # split: what is left once vLLM holds its share is what the trainer gets
+            check_fit()
         model = server.model_name
         if checkpoint:
             server.load_adapter(checkpoint.adapter_name, checkpoint.path)
@@ -198,10 +224,11 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
                                         config.system_prompt, config.sampling.model_dump())
 
         async def roll_out(step: int, model: str, model_step: int, rolled_out: asyncio.Event) -> StepRollouts:
-            """Rolls out every group of `step` at once; scores each group the moment its rollouts are done."""
-            rollouts = StepRollouts(step, model, model_step, [None] * config.grpo.groups_per_step, [],
-                                    started=time.monotonic())
-            pending = config.grpo.groups_per_step  # groups still rolling out
+            """Rolls out every group of `step` at once; scores each group the moment its rollouts are done. A
+            game with several players gives one group per (scenario, role): scenario i's are i*R .. i*R+R-1."""
+            slots = config.grpo.groups_per_step * len(roles)
+            rollouts = StepRollouts(step, model, model_step, [None] * slots, [], started=time.monotonic())
+            pending = slots  # groups still rolling out
 
             async def score(index: int, group: TrajectoryGroup) -> None:
                 nonlocal pending
@@ -217,8 +244,8 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
                     sink(JudgeUsage(step=step, group_index=index, report=group.judge_report))
 
             async def rollout_and_score(index: int, scenario: Scenario) -> None:
-                await score(index, await rollout_group(env, client, model, scenario, rollout_config,
-                                                       config.grpo.group_size))
+                groups = await rollout_groups(env, client, model, scenario, rollout_config, config.grpo.group_size)
+                await asyncio.gather(*(score(index * len(roles) + r, g) for r, g in enumerate(groups)))
 
             chosen = scenarios_for_step(scenarios, step, config.grpo.groups_per_step, config.seed)
             if external is not None:  # the user's process rolls out; its groups are scored as they arrive
@@ -270,7 +297,7 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
 
             t0 = time.monotonic()
             if world > 1:  # every rank trains its share of this step's rows
-                await on_trainer(distributed.broadcast_from_rank0, done)
+                await on_trainer(distributed.send_to_ranks, done)
             if server.sleeps_during_training:  # one GPU for both: vLLM frees it while the trainer steps
                 server.sleep()
             train_metrics = await on_trainer(trainer.train_step, done)
@@ -314,7 +341,7 @@ async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventS
         await ahead.discard()  # a cancel leaves the next step's rollouts unused: a resume redoes that step
         await save_optimizer()  # finished or cancelled: the newest checkpoint resumes exactly
         if world > 1:  # the other ranks stop with this run's status (after the snapshot they take part in)
-            await on_trainer(distributed.broadcast_from_rank0, "completed" if step > config.steps else "cancelled")
+            await on_trainer(distributed.send_to_ranks, "completed" if step > config.steps else "cancelled")
             await on_trainer(distributed.leave)
     except Exception as err:
         sink(RunFailed(step=step, error=f"{type(err).__name__}: {err}"))

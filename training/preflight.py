@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from training.config import RunConfig
 
@@ -42,8 +43,9 @@ def _load_config(name: str, where: str):
         return None, f"base model {name}: {where} has no loadable config.json ({first[:200]})"
 
 
-def preflight(config: RunConfig) -> list[str]:
-    """The problems with `config`'s base model as plain sentences; empty when the run may start."""
+def preflight(config: RunConfig, *, tools: list[dict[str, Any]] | None = None) -> list[str]:
+    """The problems with `config`'s base model as plain sentences; empty when the run may start. `tools`: the
+    tools the agent is given when its options alone do not say (an MCP server's, as last listed)."""
     name = config.base_model.strip()
     workers = "the workers that run training need it too"
     directory = Path(name).expanduser()
@@ -65,6 +67,12 @@ def preflight(config: RunConfig) -> list[str]:
     if not has_tokenizer:
         problems.append(f"base model {name}: no tokenizer files ({', '.join(TOKENIZER_FILES)})")
     problems += _fits(found, config)
+    if not problems:
+        problems += _prompt_fits(found, config, str(directory) if directory.is_dir() else name, tools)
+    if config.init_checkpoint and (Path(config.init_checkpoint) / "adapter_config.json").is_file():
+        from training.checkpoints import adapter_mismatches
+
+        problems += [f"fork: {p}" for p in adapter_mismatches(config.lora, Path(config.init_checkpoint))]
     return problems
 
 
@@ -85,3 +93,59 @@ def _fits(model_config, config: RunConfig) -> list[str]:
         problems.append(f"sampling.max_tokens {config.sampling.max_tokens} is more than base model {name} can "
                         f"hold ({context} tokens of context); lower the agent's max tokens")
     return problems
+
+
+def _prompt_fits(model_config: Any, config: RunConfig, name: str, tools: list[dict[str, Any]] | None) -> list[str]:
+    """The opening prompt of the longest scenario, with its tools, plus max_tokens, within the context."""
+    from training.prompt_budget import environment_tools
+    from training.scenarios import load_scenarios
+
+    if config.environment.kind == "external":  # an external client writes its own prompts
+        return []
+    try:
+        given = tools if tools is not None else environment_tools(config.environment.kind, config.environment.options)
+        scenarios = load_scenarios(config)
+    except Exception:  # noqa: BLE001 -- the environment and scenario checks say what is wrong with these
+        return []
+    budget, why = model_prompt_budget(name, model_config=model_config, system_prompt=config.system_prompt,
+                                      tools=given, scenarios=scenarios, max_tokens=config.sampling.max_tokens)
+    if why:
+        return [f"base model {config.base_model}: {why}"]
+    return [problem] if budget is not None and (problem := budget.problem()) else []
+
+
+def model_prompt_budget(name: str, *, system_prompt: str, tools: list[dict[str, Any]] | None,
+                        scenarios: list[Any], max_tokens: int, model_config: Any = None) -> tuple[Any, str | None]:
+    """(PromptBudget, None) for base model `name` (a directory or a cached hub id, read offline), or (None, why
+    it cannot be counted). `model_config`: its already loaded config, if the caller has it."""
+    from training.prompt_budget import prompt_budget
+
+    counter, why = model_counter(name, model_config=model_config)
+    if counter is None:
+        return None, why
+    tokenizer, context = counter
+    return prompt_budget(tokenizer, context=context, system_prompt=system_prompt, tools=tools, scenarios=scenarios,
+                         max_tokens=max_tokens), None
+
+
+def model_counter(name: str, *, model_config: Any = None) -> tuple[tuple[Any, int] | None, str | None]:
+    """((tokenizer, context), None) for base model `name`, read offline; or (None, why not)."""
+    from transformers import AutoTokenizer
+
+    from training.prompt_budget import model_context
+
+    name = str(Path(name).expanduser()) if Path(name).expanduser().is_dir() else name.strip()
+    if model_config is None:
+        if not Path(name).is_dir() and (_looks_like_path(name) or not _hub_cached(name, "config.json")):
+            return None, f"base model {name}: neither a directory here nor a model in the local Hugging Face cache"
+        model_config, problem = _load_config(name, "the model")
+        if model_config is None:
+            return None, problem
+    context = model_context(model_config)
+    if context is None:
+        return None, "its config does not say how many tokens it holds"
+    try:
+        return (AutoTokenizer.from_pretrained(name, local_files_only=True), context), None
+    except Exception as err:  # noqa: BLE001 -- files on disk are untrusted: a failure to load is a reason
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        return None, f"cannot count the prompt's tokens ({first[:200]})"

@@ -1,7 +1,7 @@
-"""Supervised fine-tuning on conversations: the loss covers the assistant's tokens only.
+"""Supervised fine-tuning of a whole model on conversations: the loss covers the assistant's tokens only.
 
-Used to warm up the tiny demo model, and reusable before RL (SFT warm-up is a feature): give it a model, its
-tokenizer and OpenAI-style conversations.
+Builds the tiny offline models (their short warm-up on synthetic games). SFT runs on a LoRA adapter, with
+datasets, packing, schedules, checkpoints and events, are the `sft` run kind: training/sft_loop.py.
 """
 from __future__ import annotations
 
@@ -49,13 +49,16 @@ def sft_train(model: Any, tokenizer: Any, conversations: list[list[dict]], confi
     its state over from an earlier call (its learning rate becomes `config.learning_rate`); None: a fresh AdamW."""
     import torch
 
-    def encoded(declared: list[dict] | None) -> list[tuple[list[int], list[int]]]:
-        rows = [encode_conversation(tokenizer, c, declared) for c in conversations]
-        return [(ids[: config.max_length], mask[: config.max_length]) for ids, mask in rows]
+    rows: dict[tuple[int, bool], tuple[list[int], list[int]]] = {}
 
-    with_tools = encoded(tools) if tools and config.tools_share > 0 else []
-    plain = encoded(None) if not with_tools or config.tools_share < 1 else []
-    n_tools = round(config.tools_share * config.batch_size) if with_tools else 0
+    def row(i: int, declared: bool) -> tuple[list[int], list[int]]:
+        """Conversation i, encoded when a batch first draws it: a warm-up draws a few thousand of a large set."""
+        if (i, declared) not in rows:
+            ids, mask = encode_conversation(tokenizer, conversations[i], tools if declared else None)
+            rows[i, declared] = ids[: config.max_length], mask[: config.max_length]
+        return rows[i, declared]
+
+    n_tools = round(config.tools_share * config.batch_size) if tools and config.tools_share > 0 else 0
     rng = random.Random(config.seed)
     if optimizer is None:
         optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate)
@@ -66,10 +69,10 @@ def sft_train(model: Any, tokenizer: Any, conversations: list[list[dict]], confi
     for step in range(config.steps):
         picks = rng.sample(range(len(conversations)), min(config.batch_size, len(conversations)))
         # The prompts with and without the tools differ in length by the tool list: padded apart, not together.
-        parts = [[with_tools[i] for i in picks[:n_tools]], [plain[i] for i in picks[n_tools:]]]
+        parts = [[row(i, True) for i in picks[:n_tools]], [row(i, False) for i in picks[n_tools:]]]
         total, tokens = 0.0, 0.0
-        for rows in filter(None, parts):
-            input_ids, loss_mask, attention = pad_batch(rows, pad_token_id(tokenizer))
+        for batch in filter(None, parts):
+            input_ids, loss_mask, attention = pad_batch(batch, pad_token_id(tokenizer))
             logits = model(input_ids=input_ids, attention_mask=attention).logits[:, :-1]  # [B, T-1, V]
             targets, mask = input_ids[:, 1:], loss_mask[:, 1:]
             token_loss = torch.nn.functional.cross_entropy(

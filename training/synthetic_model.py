@@ -1,6 +1,6 @@
 """Qwen2-architecture models of real sizes with random weights, built from a config (no download).
 
-For GPU tests and benchmarks of the trainer: the shapes of Qwen2.5-0.5B and -1.5B (their published config
+For GPU tests and benchmarks of the trainer: the shapes of Qwen2.5-0.5B, -1.5B and -7B (their published config
 fields), our byte-level tokenizer and chat template, and synthetic conversations of a chosen length.
 """
 from __future__ import annotations
@@ -13,11 +13,13 @@ from training.types import Scenario, Trajectory, TrajectoryGroup
 
 SHAPES = {
     "tiny": dict(hidden_size=256, intermediate_size=704, num_hidden_layers=4, num_attention_heads=4,
-                 num_key_value_heads=2, vocab_size=8192),
+                 num_key_value_heads=2, vocab_size=8192, tie_word_embeddings=True),
     "0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
-                 num_key_value_heads=2, vocab_size=151936),
+                 num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
     "1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
-                 num_key_value_heads=2, vocab_size=151936),
+                 num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
+    "7b": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
+               num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False),
 }
 
 
@@ -29,11 +31,16 @@ def build_synthetic_model(out_dir: str | Path, size: str, *, seed: int = 0) -> P
     out = Path(out_dir)
     torch.manual_seed(seed)
     tokenizer = build_tokenizer(_general_text())
-    config = Qwen2Config(**SHAPES[size], max_position_embeddings=32768, tie_word_embeddings=True,
+    config = Qwen2Config(**SHAPES[size], max_position_embeddings=32768,
                          rope_theta=1000000.0, eos_token_id=tokenizer.eos_token_id,
                          pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
-    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
-        model = Qwen2ForCausalLM(config).to(torch.bfloat16)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)  # built in bf16: a 7B model in float32 first would take 30 GB more
+    try:
+        with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+            model = Qwen2ForCausalLM(config)
+    finally:
+        torch.set_default_dtype(default)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out

@@ -54,17 +54,13 @@ def resolve_dtype(name: str, device: str) -> torch.dtype:
 
 def step_memory_bytes(config: Any, *, tokens: int, dtype: torch.dtype, checkpointing: bool,
                       chunk_tokens: int) -> int:
-    """Upper estimate of the activation memory of one micro-batch of `tokens` padded tokens (weights excluded).
+    """Upper estimate of the activation memory of one micro-batch of `tokens` padded tokens (weights excluded):
+    the memory plan's (training/memory_plan.py), for a loaded model's config."""
+    from training.memory_plan import ModelShape, activation_bytes
 
-    Per token and layer a decoder layer keeps about 34 hidden-sized tensors for its backward (attention
-    projections, the MLP's wider intermediates, norms, residuals); with checkpointing only the layer's input is
-    kept and one layer at a time is recomputed. The log-prob chunk's backward holds about 5 float32 copies of its
-    logits (the head's output, its float copy, the softmax, and their gradients).
-    """
-    hidden, layers = getattr(config, "hidden_size", 0), getattr(config, "num_hidden_layers", 0)
-    width = torch.finfo(dtype).bits // 8
-    per_token = hidden * width * ((layers + 34) if checkpointing else layers * 34)
-    return tokens * per_token + chunk_tokens * getattr(config, "vocab_size", 0) * 4 * 5
+    return activation_bytes(ModelShape.from_config(config.to_dict()), tokens=tokens,
+                            dtype_bytes=torch.finfo(dtype).bits // 8, checkpointing=checkpointing,
+                            chunk_tokens=chunk_tokens)
 
 
 def _fused_ok(params: list[torch.nn.Parameter]) -> bool:
@@ -107,7 +103,7 @@ class Trainer:
 
         torch.manual_seed(seed)
         self.grpo, self.options = grpo, options or TrainerConfig()
-        distributed.init_from_env(device, self.options.gpus)
+        distributed.init_from_env(device, self.options.gpus, self.options.collective_timeout_s)
         self.device = distributed.local_device(device, self.options.gpus)
         self.dtype = resolve_dtype(self.options.dtype, self.device)
         self.tokenizer = AutoTokenizer.from_pretrained(base_model)
@@ -130,7 +126,6 @@ class Trainer:
                                            weight_decay=grpo.weight_decay, fused=_fused_ok(params))
         self.model.train()  # stays in training mode; measuring passes switch to eval and back
         self._saved_params: dict[str, torch.nn.Parameter] | None = None  # for save_adapter, found once
-        self._check_fits(base)
         if distributed.is_sharded(self.policy):
             self._gather_adapter()
 
@@ -162,18 +157,12 @@ class Trainer:
             base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         return base
 
-    def _check_fits(self, base: torch.nn.Module) -> None:
-        """On CUDA, the estimate of one micro-batch's memory against free memory, before the first step."""
-        if not self.device.startswith("cuda"):
-            return
-        needed = step_memory_bytes(base.config, tokens=self.grpo.micro_batch_tokens, dtype=self.dtype,
-                                   checkpointing=self.options.gradient_checkpointing,
-                                   chunk_tokens=self.options.logprob_chunk_tokens)
-        free, _ = torch.cuda.mem_get_info(torch.device(self.device))
-        if needed > free:
-            raise TrainingError(
-                f"one micro-batch needs about {needed / 2**30:.1f} GiB on {self.device} and {free / 2**30:.1f} GiB "
-                "is free: lower grpo.micro_batch_tokens, or turn on trainer.gradient_checkpointing / load_in_4bit")
+    def step_bytes(self) -> int:
+        """What one micro-batch needs beyond the resident weights and adapter: the loop checks it against the
+        GPU's free memory once the inference server holds its share (training/gpu_sharing.py)."""
+        return step_memory_bytes(self.model.get_base_model().config, tokens=self.grpo.micro_batch_tokens,
+                                 dtype=self.dtype, checkpointing=self.options.gradient_checkpointing,
+                                 chunk_tokens=self.options.logprob_chunk_tokens)
 
     def _rows(self, groups: list[TrajectoryGroup]) -> list[Row]:
         rows = []
@@ -330,6 +319,12 @@ class Trainer:
         from safetensors.torch import load_file
 
         weights = load_file(directory / "adapter_model.safetensors")
+        expected = self._trained_by_saved_name().keys()
+        missing, unexpected = sorted(expected - weights.keys()), sorted(weights.keys() - expected)
+        if missing or unexpected:  # strict: a tensor dropped or ignored would train another adapter than named
+            raise TrainingError(f"the adapter in {directory} does not match this run's LoRA adapter: "
+                                f"{len(missing)} missing tensor(s) {missing[:3]}, {len(unexpected)} unexpected "
+                                f"tensor(s) {unexpected[:3]}")
         state = torch.load(directory / "optimizer.pt", weights_only=True) if optimizer else None
         if distributed.is_sharded(self.policy):
             from torch.distributed.checkpoint.state_dict import (

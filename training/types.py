@@ -55,6 +55,8 @@ class Trajectory:
     metadata: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     completion_tokens: int = 0
+    role: str = ""  # the part played in a game with several players ("x", "spymaster"); "" for one player
+    episode: str = ""  # shared by every side of one episode (training/episodes.py)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -82,10 +84,12 @@ class JudgeReport:
 
 @dataclass
 class TrajectoryGroup:
-    """N trajectories of the same scenario: the unit the judge ranks and GRPO normalises over."""
+    """N trajectories of the same scenario (and role, in a game with several players): the unit the judge ranks
+    and GRPO normalises over."""
 
     scenario: Scenario
     trajectories: list[Trajectory]
+    role: str = ""
     errors: list[str] = field(default_factory=list)  # rollouts that raised: recorded, never lost
     skipped: bool = False  # zero reward variance: no gradient, reported
     scoring_error: str | None = None

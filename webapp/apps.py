@@ -9,7 +9,13 @@ class WebappConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from webapp.api.strict_input import strict_input_install
+        from training.process_guard import hide_environment
         from webapp.execution import executors
+
+        strict_input_install()
+        # The web process and its workers hold the database URL and the keys: no program they start may read them.
+        hide_environment()
 
         executors.executor_install()
         # Only a process that serves the app adopts queued runs and reaps stale ones: a shell, a management

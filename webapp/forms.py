@@ -9,15 +9,26 @@ from django import forms
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
-from webapp.models import Agent, JudgeConfig, McpServer, Role, RubricVersion, Scenario
+from webapp.models import Agent, Checkpoint, JudgeConfig, McpServer, Role, RubricVersion, Scenario
 from webapp.models.catalogue import MESSAGE_MAX, PROMPT_MAX
+from webapp.run_policy import override_problems
 from webapp.services import run_config as defaults
+from webapp.services.trackers import TRACKERS, run_trackers_chosen, trackers_available
 from webapp.storable import holds_nul
 
 ENVIRONMENT_KINDS = [("chat", "chat: answer the scenario"), ("tools", "tools: function calling"),
                      ("game_2048", "game_2048: play 2048 (verifiable reward)"),
+                     ("tictactoe", "tictactoe: play Tic Tac Toe (verifiable reward; self-play gives two roles)"),
+                     ("codenames", "codenames: spymaster and guesser (verifiable reward, two roles)"),
+                     ("temporal_clue", "temporal_clue: deduction puzzles (verifiable reward)"),
                      ("mcp", "mcp: use the tools of one of the project's MCP servers"),
                      ("external", "Your own code (external rollouts)")]
+
+
+# The keys themselves are webapp/run_policy.py's ALLOWED_OVERRIDES (RunOverridesField, and the launch service).
+OVERRIDES_HELP = ('Training settings to change, e.g. {"lora": {"r": 16}, "grpo": {"beta": 0.04}}: grpo, sampling, '
+                  "lora, evaluation, monitors, pipeline, the trainer's numerics, steps, seed. The inference server, "
+                  "devices, paths and checkpoints are the deployment's (a fork starts from its checkpoint).")
 
 
 def apply_service_errors(form: forms.Form, err: ValidationError) -> None:
@@ -52,6 +63,36 @@ class JSONObjectField(forms.CharField):
         return value or ""
 
 
+class JSONListField(forms.CharField):
+    """A JSON array (a conversation's messages), shown indented for editing."""
+
+    widget = forms.Textarea(attrs={"rows": 10, "class": "mono"})
+
+    def to_python(self, value: Any) -> list[Any]:
+        try:
+            parsed = json.loads((value or "").strip() or "null")
+        except json.JSONDecodeError as err:
+            raise ValidationError(f"not valid JSON: {err.msg} (line {err.lineno}, column {err.colno})") from None
+        if not isinstance(parsed, list):
+            raise ValidationError("must be a JSON array of messages")
+        if holds_nul(parsed):
+            raise ValidationError("holds a null character (U+0000); remove it")
+        return parsed
+
+    def prepare_value(self, value: Any) -> str:
+        return json.dumps(value, indent=2, ensure_ascii=False) if isinstance(value, list) else value or ""
+
+
+class RunOverridesField(JSONObjectField):
+    """A run's Advanced (JSON): the allow-list's refusals show beside the field as it is typed (the launch
+    service checks the same list for the API and on submit)."""
+
+    def validate(self, value: Any) -> None:
+        super().validate(value)
+        if problems := override_problems(value or {}):
+            raise ValidationError(problems)
+
+
 class ProjectForm(forms.Form):
     name = forms.CharField(max_length=200)
     description = forms.CharField(required=False, max_length=5000, widget=forms.Textarea(attrs={"rows": 2}))
@@ -64,6 +105,21 @@ class MemberForm(forms.Form):
     email = forms.EmailField(required=False, widget=forms.EmailInput(attrs={"placeholder": "email (optional)"}))
 
 
+class ExampleAgentForm(forms.Form):
+    example = forms.ChoiceField(choices=[], help_text="What the agent plays or solves (docs/examples.md).")
+    base_model = forms.CharField(max_length=500, help_text="A Hugging Face model id or a local directory.")
+    scenarios = forms.IntegerField(min_value=1, max_value=400, initial=40,
+                                   help_text="Training scenarios to generate: positions, boards or puzzles.")
+    held_out = forms.IntegerField(min_value=0, max_value=100, initial=10, label="Held out",
+                                  help_text="Others kept for the evaluation (the validation split), never trained on.")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        from training.examples import EXAMPLES
+
+        super().__init__(*args, **kwargs)
+        self.fields["example"].choices = [(e.key, f"{e.title}: {e.summary}") for e in EXAMPLES.values()]
+
+
 class AgentForm(forms.Form):
     name = forms.CharField(max_length=200)
     base_model = forms.CharField(max_length=500, help_text="A Hugging Face model id or a local directory.")
@@ -71,9 +127,10 @@ class AgentForm(forms.Form):
     environment_kind = forms.ChoiceField(choices=ENVIRONMENT_KINDS, initial="chat")
     environment_options = JSONObjectField(
         required=False, help_text="Options of the environment, as JSON. Your own code (external rollouts): "
-        '{"group_timeout_s": 600, "on_missing": "skip" or "fail", "allow_unsampled": false}: how long a step '
-        "waits for its groups, what a group that does not come does, and whether turns the model never sampled "
-        "may train (re-tokenised).")
+        '{"group_timeout_s": 600, "on_missing": "skip" or "fail", "allow_unsampled": false, "upstream_timeout_s": '
+        "null}: how long a step waits for its groups, what a group that does not come does, whether turns the "
+        "model never sampled may train (re-tokenised), and how long the run's endpoint waits for one answer "
+        "(null: the deployment's maximum).")
     mcp_server = forms.ModelChoiceField(queryset=None, required=False, label="MCP server",  # type: ignore[arg-type]
                                         help_text="For the mcp environment: whose tools the agent uses.")
     mcp_max_turns = forms.IntegerField(required=False, min_value=1, max_value=64, label="Max turns",
@@ -120,43 +177,46 @@ def _header_lines(text: str) -> dict[str, str]:
 class McpServerForm(forms.Form):
     name = forms.CharField(max_length=200)
     transport = forms.ChoiceField(choices=McpServer.Transport.choices, initial=McpServer.Transport.HTTP)
+    catalogue_entry = forms.ChoiceField(required=False, label="Server of this deployment (stdio)",
+                                        help_text="A program the workers run, from the list site administrators "
+                                                  "keep (STUDIO_MCP_STDIO_SERVERS).")
     url = forms.CharField(required=False, max_length=500, label="URL (HTTP)",
                           help_text="The streamable-HTTP endpoint, e.g. http://127.0.0.1:8765/mcp.")
     headers = forms.CharField(required=False, max_length=5000, label="Headers (HTTP)",
                               widget=forms.Textarea(attrs={"rows": 2, "class": "mono", "autocomplete": "off"}),
                               help_text="One per line, Name: value. Stored encrypted and never shown again; "
-                                        "leave blank to keep the stored ones.")
+                                        "leave blank to keep the stored ones. A URL on another scheme, host or "
+                                        "port drops the stored ones: give them again with it.")
     clear_headers = forms.BooleanField(required=False, label="Remove the stored headers")
-    command = forms.CharField(required=False, max_length=500, label="Command (stdio)",
-                              help_text="The program the workers run, e.g. python.")
-    args = forms.CharField(required=False, max_length=5000, label="Arguments (stdio)",
-                           widget=forms.Textarea(attrs={"rows": 2, "class": "mono"}), help_text="One per line.")
-    env = JSONObjectField(required=False, label="Environment (stdio)",
-                          help_text='Added to a minimal environment, as JSON, e.g. {"MODE": "test"}.')
     per_call_timeout_s = forms.FloatField(min_value=0.1, max_value=600, initial=30.0, label="Per-call timeout (s)")
     max_result_chars = forms.IntegerField(min_value=100, max_value=200_000, initial=4000, label="Result cap (chars)")
     max_concurrent_calls = forms.IntegerField(min_value=1, max_value=256, initial=8, label="Concurrent calls")
 
-    def __init__(self, *args: Any, allow_stdio: bool, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, catalogue: dict[str, Any], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        if not allow_stdio:  # stdio servers run code on the workers: the owner's (or a site admin's) call
-            self.fields["transport"].choices = [(McpServer.Transport.HTTP, McpServer.Transport.HTTP.label)]
-            for name in ("command", "args", "env"):
-                del self.fields[name]
+        self.fields["catalogue_entry"].choices = [("", "—")] + [
+            (name, f"{name}: {entry.description}" if entry.description else name)
+            for name, entry in sorted(catalogue.items())]
 
-    def clean_args(self) -> list[str]:
-        return [line.strip() for line in self.cleaned_data.get("args", "").splitlines() if line.strip()]
+    def clean(self) -> dict[str, Any]:
+        from webapp.services.mcp_servers import mcp_command_fields_refuse
+
+        data = super().clean()
+        try:  # a command typed into a crafted form is refused, not dropped in silence
+            mcp_command_fields_refuse(sent=self.data)
+        except ValidationError as err:
+            for message in {m for ms in err.message_dict.values() for m in ms}:
+                self.add_error(None, message)
+        return data
 
     def clean_headers(self) -> dict[str, str]:
         return {k: v for k, v in _header_lines(self.cleaned_data.get("headers", "")).items() if v}
 
     @classmethod
     def from_server(cls, server: McpServer, **kwargs: Any) -> "McpServerForm":
-        fields = ("name", "transport", "url", "command", "env", "per_call_timeout_s", "max_result_chars",
+        fields = ("name", "transport", "catalogue_entry", "url", "per_call_timeout_s", "max_result_chars",
                   "max_concurrent_calls")
-        initial = {f: getattr(server, f) for f in fields}
-        initial["args"] = "\n".join(server.args)
-        return cls(initial=initial, **kwargs)
+        return cls(initial={f: getattr(server, f) for f in fields}, **kwargs)
 
 
 class ScenarioSetForm(forms.Form):
@@ -182,6 +242,68 @@ class ScenarioUploadForm(forms.Form):
             raise ValidationError(f"the file is {upload.size:,} bytes; the limit is "
                                   f"{settings.STUDIO_MAX_UPLOAD_BYTES:,} bytes")
         return upload
+
+
+class DatasetForm(forms.Form):
+    name = forms.CharField(max_length=200)
+    description = forms.CharField(required=False, max_length=5000, widget=forms.Textarea(attrs={"rows": 2}))
+
+
+class DatasetUploadForm(forms.Form):
+    file = forms.FileField(help_text="JSONL: one conversation a line, {\"messages\": [...], \"tools\": [...]} in "
+                                     "the OpenAI chat format.")
+    mode = forms.ChoiceField(choices=[("append", "append to the latest version"),
+                                      ("replace", "replace its conversations")], initial="append",
+                             help_text="Either way the upload makes a new version; earlier versions stay as they are.")
+
+    def clean_file(self):
+        upload = self.cleaned_data["file"]
+        if upload.size > settings.STUDIO_MAX_UPLOAD_BYTES:
+            raise ValidationError(f"the file is {upload.size:,} bytes; the limit is "
+                                  f"{settings.STUDIO_MAX_UPLOAD_BYTES:,} bytes")
+        return upload
+
+
+class DistillationForm(forms.Form):
+    dataset = forms.ModelChoiceField(queryset=None, help_text="The accepted drafts become its next version.")  # type: ignore[arg-type]
+    agent = forms.ModelChoiceField(queryset=None, label="Student agent",  # type: ignore[arg-type]
+                                   help_text="Its system prompt, environment and sampling shape the teacher's answers, "
+                                             "so they are in the format the student trains in.")
+    scenario_set = forms.ModelChoiceField(queryset=None, help_text="Its training scenarios are asked.")  # type: ignore[arg-type]
+    teacher = forms.ModelChoiceField(queryset=None, required=False, empty_label="(a checkpoint instead)",  # type: ignore[arg-type]
+                                     help_text="A judge entry used as the teacher: its litellm model, API, key and "
+                                               "budget (its budget caps the teacher's cost).")
+    teacher_checkpoint = forms.ModelChoiceField(
+        queryset=None, required=False, empty_label="(a judge entry instead)", label="Or a checkpoint as the teacher",  # type: ignore[arg-type]
+        help_text="A checkpoint of this project's runs, answering from the project's inference server (started on a "
+                  "worker when needed). Choose a judge entry or a checkpoint.")
+    judge_config = forms.ModelChoiceField(queryset=None, label="Judge",  # type: ignore[arg-type]
+                                          help_text="Ranks each scenario's answers against the rubric (its budget "
+                                                    "caps the judge's cost).")
+    rubric_version = forms.ModelChoiceField(queryset=None, required=False, empty_label="the default rubric",  # type: ignore[arg-type]
+                                            label="Rubric version")
+    answers_per_scenario = forms.IntegerField(min_value=2, max_value=16, initial=4,
+                                              help_text="The teacher's answers per scenario, ranked together.")
+    threshold = forms.FloatField(min_value=0.0, max_value=1.0, initial=0.5,
+                                 help_text="The best answer becomes a draft only at or above this judge score.")
+    max_scenarios = forms.IntegerField(min_value=1, max_value=500, initial=50)
+
+    def __init__(self, *args: Any, project, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["dataset"].queryset = project.datasets.all()
+        self.fields["agent"].queryset = project.agents.all()
+        self.fields["scenario_set"].queryset = project.scenario_sets.all()
+        self.fields["teacher"].queryset = project.judge_configs.all()
+        self.fields["teacher_checkpoint"].queryset = (Checkpoint.objects.filter(run__project=project)
+                                                      .select_related("run").order_by("-run_id", "-step_index"))
+        self.fields["teacher_checkpoint"].label_from_instance = lambda c: f"{c.adapter_name} (run {c.run.name})"
+        self.fields["judge_config"].queryset = project.judge_configs.all()
+        self.fields["rubric_version"].queryset = (RubricVersion.objects.filter(rubric__project=project)
+                                                  .select_related("rubric").order_by("rubric__name", "-number"))
+
+
+class DraftEditForm(forms.Form):
+    messages = JSONListField(label="Messages (JSON)")
 
 
 class LongTextField(forms.CharField):
@@ -237,7 +359,8 @@ class JudgeConfigForm(forms.Form):
                                               "be sent (set API base to match).")
     api_key = forms.CharField(required=False, max_length=500, label="Or an API key (stored encrypted)",
                               widget=forms.PasswordInput(render_value=False),
-                              help_text="Never shown again. Leave blank to keep the stored key.")
+                              help_text="Never shown again. Leave blank to keep the stored key (a new API base or "
+                                        "model provider removes it: enter it again with them).")
     clear_api_key = forms.BooleanField(required=False, label="Remove the stored key")
     temperature = forms.FloatField(min_value=0.0, max_value=2.0, initial=0.0)
     passes = forms.IntegerField(min_value=1, max_value=10, initial=1)
@@ -258,10 +381,25 @@ class JudgeConfigForm(forms.Form):
         return cls(initial={f: getattr(judge, f) for f in fields}, **kwargs)
 
 
+def _for(kind: str, widget: forms.Widget) -> forms.Widget:
+    """Marks a launch field as one kind's (static/webapp/launch.js shows only the chosen kind's)."""
+    widget.attrs["data-kind"] = kind
+    return widget
+
+
 class LaunchForm(forms.Form):
+    kind = forms.ChoiceField(choices=[("grpo", "Reinforce (GRPO): roll out, score against the rubric, sharpen"),
+                                      ("sft", "Teach (SFT): learn from a dataset's conversations")],
+                             initial="grpo", widget=forms.RadioSelect, label="What the run does",
+                             required=False)  # a form (or script) that does not say reinforces, as before
     name = forms.CharField(max_length=100)
     agent = forms.ModelChoiceField(queryset=None)  # type: ignore[arg-type]
-    scenario_set = forms.ModelChoiceField(queryset=None)  # type: ignore[arg-type]
+    scenario_set = forms.ModelChoiceField(queryset=None,  # type: ignore[arg-type]
+                                          help_text="Teach: its validation scenarios measure the held-out win rate "
+                                                    "against the base model (none: no win rate).")
+    dataset = forms.ModelChoiceField(queryset=None, required=False,  # type: ignore[arg-type]
+                                     widget=_for("sft", forms.Select()),
+                                     help_text="Its latest version, frozen into the run.")
     rubric = forms.ModelChoiceField(queryset=None, required=False,  # type: ignore[arg-type]
                                     help_text="Needs a judge.")
     rubric_version = forms.ModelChoiceField(queryset=None, required=False,  # type: ignore[arg-type]
@@ -275,12 +413,36 @@ class LaunchForm(forms.Form):
                                     help_text="Trajectories per scenario that the judge ranks together.")
     groups_per_step = forms.IntegerField(min_value=1, max_value=1024, initial=defaults.DEFAULT_GROUPS_PER_STEP)
     learning_rate = forms.FloatField(min_value=1e-9, max_value=1.0, initial=defaults.DEFAULT_LEARNING_RATE)
+    epochs = forms.IntegerField(min_value=1, max_value=1000, initial=3, required=False,
+                                widget=_for("sft", forms.NumberInput()), help_text="Passes over the conversations.")
+    batch_tokens = forms.IntegerField(min_value=16, max_value=1_000_000, initial=4096, required=False,
+                                      widget=_for("sft", forms.NumberInput()), label="Tokens per step",
+                                      help_text="The batch, by tokens (conversations are packed, no padding).")
+    micro_batch_tokens = forms.IntegerField(min_value=16, max_value=1_000_000, initial=2048, required=False,
+                                            widget=_for("sft", forms.NumberInput()), label="Tokens per forward pass",
+                                            help_text="Bounds memory; a longer conversation is refused by number.")
+    sft_learning_rate = forms.FloatField(min_value=1e-9, max_value=1.0, initial=2e-4, required=False,
+                                         widget=_for("sft", forms.NumberInput(attrs={"step": "any"})),
+                                         label="Peak learning rate")
+    warmup_ratio = forms.FloatField(min_value=0.0, max_value=0.5, initial=0.05, required=False,
+                                    widget=_for("sft", forms.NumberInput(attrs={"step": "any"})),
+                                    help_text="Share of the steps the learning rate rises over.")
+    schedule = forms.ChoiceField(choices=[("cosine", "cosine"), ("linear", "linear"), ("constant", "constant")],
+                                 initial="cosine", required=False, widget=_for("sft", forms.Select()),
+                                 label="Decay after warm-up")
+    held_out_fraction = forms.FloatField(min_value=0.0, max_value=0.9, initial=0.1, required=False,
+                                         widget=_for("sft", forms.NumberInput(attrs={"step": "any"})),
+                                         label="Held-out conversations",
+                                         help_text="Share kept out of training; their loss is the held-out curve.")
     seed = forms.IntegerField(initial=0, min_value=0, max_value=2**31 - 1)
-    overrides = JSONObjectField(required=False, label="Advanced (JSON)",
-                                help_text='Any engine setting, e.g. {"lora": {"r": 16}, "grpo": {"beta": 0.04}}.')
+    overrides = RunOverridesField(required=False, label="Advanced (JSON)", help_text=OVERRIDES_HELP)
     review_gate = forms.BooleanField(required=False, label="Review gate",
                                      help_text="Wait for a reviewer's approval after each step's scoring; "
                                                "the step trains on the reviewed scores.")
+    trackers = forms.MultipleChoiceField(
+        required=False, widget=forms.CheckboxSelectMultiple, label="Report to",
+        help_text="Experiment trackers this site offers: each step's metrics, the evaluations, the checkpoints' names "
+                  "and a link back to the run go there too.")
     # One per rendered form: Back and Launch again (or a double click) submits the same token, one run.
     launch_token = forms.CharField(required=False, max_length=64, widget=forms.HiddenInput())
 
@@ -288,8 +450,20 @@ class LaunchForm(forms.Form):
         super().__init__(*args, **kwargs)
         if not self.is_bound:
             self.initial.setdefault("launch_token", uuid.uuid4().hex)
+        offered = trackers_available()
+        if offered:
+            self.fields["trackers"].choices = [(name, TRACKERS[name]) for name in offered]
+            last = project.runs.order_by("-id").only("config").first()
+            if last is not None and not self.is_bound:  # a project keeps reporting where its last run did
+                self.initial.setdefault("trackers", [t for t in run_trackers_chosen(config=last.config or {})
+                                                     if t in offered])
+        else:  # nothing to choose: no field
+            del self.fields["trackers"]
         self.fields["agent"].queryset = project.agents.all()
         self.fields["scenario_set"].queryset = project.scenario_sets.all()
+        self.fields["dataset"].queryset = project.datasets.filter(versions__isnull=False).distinct()
+        for name in ("steps", "group_size", "groups_per_step", "learning_rate", "review_gate"):
+            self.fields[name].widget.attrs["data-kind"] = "grpo"
         self.fields["rubric"].queryset = project.rubrics.all()
         self.fields["rubric_version"].queryset = (RubricVersion.objects.filter(rubric__project=project)
                                                   .select_related("rubric").order_by("rubric__name", "-number"))
@@ -298,6 +472,9 @@ class LaunchForm(forms.Form):
         if not self.is_bound and len(rubrics) == 1 and len(judges) == 1:  # nothing to choose: chosen
             self.initial.setdefault("rubric", rubrics[0])
             self.initial.setdefault("judge_config", judges[0])
+
+    def clean_kind(self) -> str:
+        return self.cleaned_data.get("kind") or "grpo"
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
@@ -308,6 +485,26 @@ class LaunchForm(forms.Form):
             data["rubric"] = version.rubric
         if data.get("rubric") and not data.get("judge_config"):
             self.add_error("judge_config", "a rubric needs a judge to apply it")
+        if data.get("kind") == "sft":
+            if not data.get("dataset"):
+                self.add_error("dataset", "choose the dataset this run teaches from")
+            if data.get("review_gate"):
+                self.add_error("review_gate", "an SFT run scores nothing, so there is nothing to review")
+        return data
+
+    SFT_FIELDS = {"epochs": "epochs", "batch_tokens": "batch_tokens", "micro_batch_tokens": "micro_batch_tokens",
+                  "sft_learning_rate": "learning_rate", "warmup_ratio": "warmup_ratio", "schedule": "schedule",
+                  "held_out_fraction": "held_out_fraction"}
+
+    def launch_arguments(self) -> dict[str, Any]:
+        """The cleaned data as run_launch's keywords: the SFT fields as its `sft` options, the dataset as its
+        latest version (frozen into the run)."""
+        data = dict(self.cleaned_data)
+        sft = {option: data.pop(field) for field, option in self.SFT_FIELDS.items()}
+        dataset = data.pop("dataset")
+        if data["kind"] == "sft":
+            data.update(sft={k: v for k, v in sft.items() if v not in (None, "")},
+                        dataset_version=dataset.latest_version if dataset else None)
         return data
 
 
@@ -344,8 +541,7 @@ class ForkForm(forms.Form):
     learning_rate = forms.FloatField(required=False, min_value=1e-9, max_value=1.0,
                                      help_text="Empty: the parent run's.")
     review_gate = forms.BooleanField(required=False)
-    overrides = JSONObjectField(required=False, label="Advanced (JSON)",
-                                help_text='Any engine setting to change, e.g. {"grpo": {"beta": 0.04}}.')
+    overrides = RunOverridesField(required=False, label="Advanced (JSON)", help_text=OVERRIDES_HELP)
 
     def __init__(self, *args: Any, project, **kwargs: Any) -> None:
         from webapp.models import RubricVersion

@@ -126,9 +126,11 @@ def _resolve(host: str, port: int) -> list[IpAddress]:
     return sorted({_plain(ipaddress.ip_address(str(info[4][0]).split("%")[0])) for info in infos}, key=str)
 
 
-def check_url_allowed(url: str, rules: list[HostRule]) -> None:
-    """Raises McpHostNotAllowed unless the web process may send a request to `url`. Resolves the host (names are
-    checked by every address they resolve to, so a public name pointing at a private address is refused)."""
+def check_url_allowed(url: str, rules: list[HostRule]) -> list[IpAddress]:
+    """Raises McpHostNotAllowed unless the web process may send a request to `url`; returns the addresses it
+    checked, so that the connection goes to one of them (no second lookup a name could be rebound between).
+    Resolves the host (names are checked by every address they resolve to, so a public name pointing at a private
+    address is refused)."""
     parts = urlsplit(url)
     try:
         host, port = (parts.hostname or "").rstrip(".").lower(), parts.port
@@ -144,9 +146,9 @@ def check_url_allowed(url: str, rules: list[HostRule]) -> None:
         raise McpHostNotAllowed(f"the host {host!r} resolves to {bad[0]}, a link-local, unspecified, multicast or "
                              "reserved address (such as a cloud metadata endpoint): never allowed")
     if all(a.is_global for a in addresses):
-        return
+        return addresses
     if any(rule.matches(host, addresses, port) for rule in rules):
-        return
+        return addresses
     shown = ", ".join(map(str, addresses[:3]))
     raise McpHostNotAllowed(f"the host {host!r} ({shown}) is a loopback or private address, which the web server "
                          f"may reach only when STUDIO_MCP_ALLOWED_HOSTS lists it (e.g. {host}:{port})")

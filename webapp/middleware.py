@@ -6,19 +6,45 @@ from __future__ import annotations
 
 from typing import Callable
 
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 
 PAGE_METHODS = ("GET", "HEAD", "POST", "OPTIONS")
 
 
-class PageMethodsMiddleware:
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
-        self.get_response = get_response
+class _BothModes:
+    """Synchronous and asynchronous: under ASGI an async view (the run's endpoint) then runs without a thread
+    blocked in this middleware for as long as it waits."""
 
-    def __call__(self, request: HttpRequest) -> HttpResponse:
+    sync_capable = async_capable = True
+
+    def __init__(self, get_response: Callable) -> None:
+        self.get_response = get_response
+        if iscoroutinefunction(get_response):
+            markcoroutinefunction(self)
+
+    def __call__(self, request: HttpRequest):
+        if iscoroutinefunction(self):
+            return self.__acall__(request)
+        early = self.answer(request)
+        return early if early is not None else self.after(self.get_response(request))
+
+    async def __acall__(self, request: HttpRequest) -> HttpResponse:
+        early = self.answer(request)
+        return early if early is not None else self.after(await self.get_response(request))
+
+    def answer(self, request: HttpRequest) -> HttpResponse | None:
+        return None
+
+    def after(self, response: HttpResponse) -> HttpResponse:
+        return response
+
+
+class PageMethodsMiddleware(_BothModes):
+    def answer(self, request: HttpRequest) -> HttpResponse | None:
         if request.method not in PAGE_METHODS and not request.path.startswith("/api/"):
             return HttpResponseNotAllowed(["GET", "POST"])
-        return self.get_response(request)
+        return None
 
 
 # style-src keeps 'unsafe-inline': plotly writes its chart styles into <style> elements at run time. Scripts,
@@ -30,12 +56,8 @@ CONTENT_SECURITY_POLICY = "; ".join([
 ])
 
 
-class SecurityHeadersMiddleware:
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
-        self.get_response = get_response
-
-    def __call__(self, request: HttpRequest) -> HttpResponse:
-        response = self.get_response(request)
+class SecurityHeadersMiddleware(_BothModes):
+    def after(self, response: HttpResponse) -> HttpResponse:
         response.setdefault("Content-Security-Policy", CONTENT_SECURITY_POLICY)
         response.setdefault("Permissions-Policy", "camera=(), microphone=(), geolocation=(), payment=()")
         response.setdefault("Cross-Origin-Resource-Policy", "same-origin")

@@ -6,6 +6,8 @@ Bad values stop the process at start (webapp/env.py).
 """
 from __future__ import annotations
 
+import hashlib
+import hmac
 import secrets
 from pathlib import Path
 
@@ -24,7 +26,9 @@ from webapp.env import (
     env_str,
     sqlite_database,
 )
+from webapp.mcp_catalogue import VARIABLE as MCP_CATALOGUE_VARIABLE, parse_catalogue
 from webapp.mcp_hosts import parse_host_rules
+from webapp.run_policy import parse_worker_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("STUDIO_VAR_DIR") or BASE_DIR / "var")
@@ -171,24 +175,79 @@ try:
     parse_host_rules(STUDIO_MCP_ALLOWED_HOSTS)
 except ValueError as err:
     raise ImproperlyConfigured(str(err)) from None
+# The stdio MCP servers projects may choose (webapp/mcp_catalogue.py): the only commands an MCP server runs. JSON
+# {"name": {"command", "args", "env", "description"}} or @path to such a file; the shipped mailbox is always there.
+try:
+    STUDIO_MCP_STDIO_SERVERS = parse_catalogue(env_str(MCP_CATALOGUE_VARIABLE))
+except ValueError as err:
+    raise ImproperlyConfigured(str(err)) from None
+# The deployment's part of every run's engine config (webapp/run_policy.py): the inference server (kind, address,
+# GPUs, sharing) and where the trainer runs (device, trainer.gpus/distributed/processes/require_gpu), as JSON,
+# e.g. {"server": {"kind": "vllm", "gpu_sharing": "sleep"}} on GPU workers. A launch's overrides never set these.
+try:
+    STUDIO_RUN_WORKER_CONFIG = parse_worker_config(env_str("STUDIO_RUN_WORKER_CONFIG") or "{}")
+except ValueError as err:
+    raise ImproperlyConfigured(str(err)) from None
 STUDIO_MAX_UPLOAD_BYTES = env_int("STUDIO_MAX_UPLOAD_BYTES", 5 * 1024 * 1024, minimum=1024)
 STUDIO_MAX_UPLOAD_ROWS = env_int("STUDIO_MAX_UPLOAD_ROWS", 10000, minimum=1)
 # External rollouts (issue 21): the largest body the rollouts API and a run's OpenAI-compatible endpoint take,
 # the most messages a submitted trajectory may have, and how long the endpoint waits for the run's server.
 STUDIO_EXTERNAL_MAX_BYTES = env_int("STUDIO_EXTERNAL_MAX_BYTES", 2 * 1024 * 1024, minimum=1024)
 STUDIO_EXTERNAL_MAX_MESSAGES = env_int("STUDIO_EXTERNAL_MAX_MESSAGES", 500, minimum=1)
+# STUDIO_EXTERNAL_UPSTREAM_TIMEOUT_S is the deployment's maximum; an agent may ask for less (upstream_timeout_s).
 STUDIO_EXTERNAL_UPSTREAM_TIMEOUT_S = env_float("STUDIO_EXTERNAL_UPSTREAM_TIMEOUT_S", 600.0, minimum=1.0)
 STUDIO_EXTERNAL_PER_MINUTE = env_int("STUDIO_EXTERNAL_PER_MINUTE", 6000, minimum=1)  # calls to a run's endpoint
+# The run's endpoint (issue 33, docs/security.md): calls one run may have waiting on its server at once (429
+# beyond), the largest answer it passes on (502 beyond), the checkpoints it keeps loaded by name on a run's
+# server (least recently used unloaded first), how many of its database steps run at once in a web process (each
+# holds a connection for a few queries, never while waiting upstream), and how long recorded calls are kept after
+# their run ended (`manage.py prune_external_calls`, daily with Celery beat).
+STUDIO_EXTERNAL_MAX_IN_FLIGHT = env_int("STUDIO_EXTERNAL_MAX_IN_FLIGHT", 128, minimum=1)
+STUDIO_EXTERNAL_MAX_ANSWER_BYTES = env_int("STUDIO_EXTERNAL_MAX_ANSWER_BYTES", 32 * 1024 * 1024, minimum=64 * 1024)
+STUDIO_EXTERNAL_MAX_LOADED_CHECKPOINTS = env_int("STUDIO_EXTERNAL_MAX_LOADED_CHECKPOINTS", 4, minimum=1)
+STUDIO_EXTERNAL_DB_CONCURRENCY = env_int("STUDIO_EXTERNAL_DB_CONCURRENCY", 4, minimum=1)
+STUDIO_EXTERNAL_CALLS_KEEP_DAYS = env_int("STUDIO_EXTERNAL_CALLS_KEEP_DAYS", 30, minimum=0)
+# Serving what runs trained (issue 37; docs/use.md): the project's on-demand inference server goes down after
+# STUDIO_SERVE_IDLE_S without a request; a start that takes longer than STUDIO_SERVE_START_TIMEOUT_S (a worker on
+# queue `serve` picking it up, then the model loading) fails with the reason. STUDIO_SERVE_SERVER is the server
+# kind it runs: the kind the deployment's runs use (`local` on CPU workers, `vllm` on GPU workers).
+STUDIO_SERVE_IDLE_S = env_float("STUDIO_SERVE_IDLE_S", 600.0, minimum=1.0)
+STUDIO_SERVE_START_TIMEOUT_S = env_float("STUDIO_SERVE_START_TIMEOUT_S", 600.0, minimum=5.0)
+STUDIO_SERVE_SERVER = env_choice("STUDIO_SERVE_SERVER", "local", ("local", "vllm"))
+# Experiment trackers (issue 37; docs/use.md): the deployment says where runs may report; a run (its launch form or
+# the API's `trackers`) chooses among these. W&B is offered when STUDIO_WANDB_PROJECT is set (its key: WANDB_API_KEY
+# in the workers' environment, passed to the engine of a run that reports to W&B only; `offline` mode writes run
+# directories under STUDIO_WANDB_DIR, no account); MLflow when STUDIO_MLFLOW_TRACKING_URI is (an http(s) server,
+# its MLFLOW_TRACKING_* credentials in the workers' environment, or a `file:` store). STUDIO_PUBLIC_URL is where
+# people open this site: the runs' link back (a path alone without it).
+STUDIO_WANDB_PROJECT = env_str("STUDIO_WANDB_PROJECT") or None
+STUDIO_WANDB_ENTITY = env_str("STUDIO_WANDB_ENTITY") or None
+STUDIO_WANDB_MODE = env_choice("STUDIO_WANDB_MODE", "online", ("online", "offline"))
+STUDIO_WANDB_DIR = env_str("STUDIO_WANDB_DIR") or str(VAR_DIR / "wandb")
+STUDIO_MLFLOW_TRACKING_URI = env_str("STUDIO_MLFLOW_TRACKING_URI") or None
+if STUDIO_MLFLOW_TRACKING_URI and not STUDIO_MLFLOW_TRACKING_URI.startswith(("http://", "https://", "file:")):
+    raise ImproperlyConfigured("STUDIO_MLFLOW_TRACKING_URI must be an http(s) URL or a file: URI")
+STUDIO_MLFLOW_EXPERIMENT = env_str("STUDIO_MLFLOW_EXPERIMENT") or "rubric-studio"
+STUDIO_PUBLIC_URL = (env_str("STUDIO_PUBLIC_URL") or "").rstrip("/")
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(STUDIO_MAX_UPLOAD_BYTES, STUDIO_EXTERNAL_MAX_BYTES) + 1024 * 1024
 FILE_UPLOAD_MAX_MEMORY_SIZE = STUDIO_MAX_UPLOAD_BYTES + 1024 * 1024
 
 CELERY_BROKER_URL = REDIS_URL or "memory://"
 CELERY_RESULT_BACKEND = None
-# Every task names its queue: `gpu` for runs; `judge` (light, always running) for re-scores and the reaper.
+# Every task names its queue: `gpu` for runs and merged exports; `judge` (light, always running) for re-scores,
+# distillations (a teacher's and a judge's API calls), the reaper and Try it's rollouts; `serve` for the projects'
+# inference servers (a task holds its server until it idles: a worker of its own).
 CELERY_TASK_ROUTES = {"webapp.tasks.run_execute_task": {"queue": "gpu"},
                       "webapp.tasks.run_evaluate_task": {"queue": "gpu"},
                       "webapp.tasks.playground_rescore_task": {"queue": "judge"},
-                      "webapp.tasks.reap_stale_runs_task": {"queue": "judge"}}
+                      "webapp.tasks.reap_stale_runs_task": {"queue": "judge"},
+                      "webapp.tasks.external_calls_prune_task": {"queue": "judge"},
+                      "webapp.tasks.distillation_task": {"queue": "judge"},
+                      "webapp.tasks.project_server_hold_task": {"queue": "serve"},
+                      "webapp.tasks.try_execute_task": {"queue": "judge"},
+                      "webapp.tasks.try_judge_task": {"queue": "judge"},
+                      "webapp.tasks.checkpoint_export_task": {"queue": "gpu"},
+                      "webapp.tasks.mcp_server_test_task": {"queue": "judge"}}
 CELERY_TASK_DEFAULT_QUEUE = "default"
 # Early ack + the DB state machine: a run's message is acknowledged on receipt, so a worker that dies is never
 # followed by a second worker re-running the same run; the heartbeat marks it crashed instead.
@@ -196,7 +255,8 @@ CELERY_TASK_ACKS_LATE = False
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 7 * 24 * 3600}
 CELERY_BEAT_SCHEDULE = {
-    "reap-stale-runs": {"task": "webapp.tasks.reap_stale_runs_task", "schedule": STUDIO_STALE_AFTER_S / 2}
+    "reap-stale-runs": {"task": "webapp.tasks.reap_stale_runs_task", "schedule": STUDIO_STALE_AFTER_S / 2},
+    "prune-external-calls": {"task": "webapp.tasks.external_calls_prune_task", "schedule": 24 * 3600.0},
 }
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -226,9 +286,11 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_PARSER_CLASSES": ["webapp.api.parsers.InputJSONParser", "rest_framework.parsers.FormParser",
-                               "rest_framework.parsers.MultiPartParser"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # JSON bodies only (a form field carries no type: `1.0` or `null` would arrive as text); the scenario upload
+    # takes multipart itself.
+    "DEFAULT_PARSER_CLASSES": ["webapp.api.parsers.InputJSONParser"],
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",  # DRF's test client sends what the API takes
+    "DEFAULT_SCHEMA_CLASS": "webapp.api.schema.StudioAutoSchema",
     "DEFAULT_PAGINATION_CLASS": "webapp.api.pagination.Pagination",
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "webapp.api.errors.exception_handler",
@@ -286,5 +348,12 @@ STUDIO_MODEL_CHECK = env_choice("STUDIO_MODEL_CHECK", "launch", ("launch", "work
 # The address a worker's inference servers listen on for external rollouts (an agent in the user's own code reaches
 # its run's server through the web app, which forwards to it): empty keeps the run's `server.host` (127.0.0.1, for
 # a web process on the same machine); with web and workers apart, 0.0.0.0, and the worker's host name resolvable
-# from the web process (docker/compose.yml). The server has no authentication of its own: keep it off the internet.
+# from the web process (docker/compose.yml). Keep it on the private network all the same.
 STUDIO_ENGINE_HOST = env_str("STUDIO_ENGINE_HOST", "")
+# The Bearer token of the inference servers the workers start (training.servers.serving): every request to them
+# carries it, the web app's forwarded calls included, and only with it may one listen beyond loopback. The web
+# process and every worker must agree: unset, it is derived from SECRET_KEY, which they share.
+STUDIO_INFERENCE_TOKEN = env_str("STUDIO_INFERENCE_TOKEN") or hmac.new(
+    SECRET_KEY.encode(), b"rubric-studio inference server token", hashlib.sha256).hexdigest()
+if len(STUDIO_INFERENCE_TOKEN) < 16:
+    raise ImproperlyConfigured("STUDIO_INFERENCE_TOKEN must be at least 16 characters long")

@@ -6,7 +6,8 @@ from django.views.generic import RedirectView
 
 from webapp.ratelimit import LoginView
 from webapp.views import (
-    account, catalogue, evaluation, judge_check, mcp, projects, review, runs, scenario_generator, tokens,
+    account, catalogue, datasets, distillation, evaluation, exports, judge_check, mcp, projects, review, runs,
+    scenario_generator, tokens, trying,
 )
 
 urlpatterns = [
@@ -22,12 +23,23 @@ urlpatterns = [
     path("projects/<int:project_id>/tokens/<int:token_id>/revoke/", tokens.project_token_revoke_view,
          name="project-token-revoke"),
     path("projects/<int:project_id>/agents/new/", catalogue.agent_create, name="agent-create"),
+    path("projects/<int:project_id>/agents/from-example/", catalogue.agent_from_example, name="agent-from-example"),
     path("agents/<int:agent_id>/", catalogue.agent_edit, name="agent-edit"),
+    path("projects/<int:project_id>/agents/prompt-budget/", catalogue.agent_prompt_budget,
+         name="agent-prompt-budget"),
     path("projects/<int:project_id>/scenario-sets/new/", catalogue.scenario_set_create, name="scenario-set-create"),
     path("scenario-sets/<int:scenario_set_id>/", catalogue.scenario_set_detail, name="scenario-set-detail"),
     path("scenarios/<int:scenario_id>/", catalogue.scenario_edit, name="scenario-edit"),
     path("scenario-sets/<int:scenario_set_id>/generate/", scenario_generator.scenario_set_generate,
          name="scenario-set-generate"),
+    path("projects/<int:project_id>/datasets/new/", datasets.dataset_create, name="dataset-create"),
+    path("datasets/<int:dataset_id>/", datasets.dataset_detail, name="dataset-detail"),
+    path("dataset-versions/<int:version_id>/export.jsonl", datasets.dataset_export, name="dataset-export"),
+    path("projects/<int:project_id>/distillations/new/", distillation.distillation_create, name="distillation-create"),
+    path("distillations/<int:distillation_id>/", distillation.distillation_detail, name="distillation-detail"),
+    path("distillations/<int:distillation_id>/accept/", distillation.distillation_accept, name="distillation-accept"),
+    path("distillations/<int:distillation_id>/cancel/", distillation.distillation_cancel, name="distillation-cancel"),
+    path("distillation-drafts/<int:draft_id>/", distillation.distillation_draft, name="distillation-draft"),
     path("projects/<int:project_id>/rubrics/new/", catalogue.rubric_create, name="rubric-create"),
     path("rubrics/<int:rubric_id>/", catalogue.rubric_detail, name="rubric-detail"),
     path("projects/<int:project_id>/judges/new/", catalogue.judge_create, name="judge-create"),
@@ -46,6 +58,7 @@ urlpatterns = [
     path("runs/<int:run_id>/header/", runs.run_header, name="run-header"),
     path("runs/<int:run_id>/steps/", runs.run_steps, name="run-steps"),
     path("runs/<int:run_id>/external/", runs.run_external, name="run-external"),
+    path("runs/<int:run_id>/calls.jsonl", runs.run_external_calls, name="run-external-calls"),
     path("runs/<int:run_id>/checkpoints/", runs.run_checkpoints, name="run-checkpoints"),
     path("runs/<int:run_id>/checkpoint-table/", runs.run_checkpoint_table, name="run-checkpoint-table"),
     path("checkpoints/<int:checkpoint_id>/evaluate/", evaluation.checkpoint_evaluate, name="checkpoint-evaluate"),
@@ -65,7 +78,20 @@ urlpatterns = [
     path("playground/<int:rescore_id>/save/", review.playground_save, name="playground-save"),
     path("trajectories/<int:trajectory_id>/", runs.trajectory_detail, name="trajectory-detail"),
     path("checkpoints/<int:checkpoint_id>/download/", runs.checkpoint_download, name="checkpoint-download"),
+    path("checkpoints/<int:checkpoint_id>/export/", exports.checkpoint_export, name="checkpoint-export"),
+    path("exports/<int:export_id>/", exports.export_detail, name="export-detail"),
+    path("exports/<int:export_id>/download/", exports.export_download, name="export-download"),
+    path("projects/<int:project_id>/try/", trying.try_page, name="try-page"),
+    path("try/<int:session_id>/", trying.try_session, name="try-session"),
+    path("try/<int:session_id>/judge/", trying.try_judge, name="try-judge"),
+    path("try/<int:session_id>/save/", trying.try_save, name="try-save"),
     path("account/api-token/", account.api_token, name="api-token"),
     path("docs/", RedirectView.as_view(pattern_name="api:api-docs", http_method_names=["get", "head"]), name="docs"),
     path("api/", include("webapp.api.urls")),
 ]
+
+# Under /api/ Django's own error answers are JSON in the API's one shape (webapp/api/errors.py).
+handler400 = "webapp.api.errors.api_aware_400"
+handler403 = "webapp.api.errors.api_aware_403"
+handler404 = "webapp.api.errors.api_aware_404"
+handler500 = "webapp.api.errors.api_aware_500"

@@ -17,8 +17,35 @@
     points.sort((a, b) => a.step - b.step);
   }
 
+  // An SFT run's curves: the training loss of each step and the held-out loss (step 0: before training).
+  function drawLoss() {
+    const box = document.getElementById("loss-chart");
+    if (!box) return;
+    const pts = chart.points.filter((p) => p.loss !== null && p.loss !== undefined);
+    const held = chart.held_out || [];
+    box.dataset.points = String(pts.length);
+    box.dataset.heldOut = String(held.length);
+    if (!pts.length && !held.length) {
+      box.classList.add("chart-empty");
+      box.textContent = "The loss curves appear when the first step finishes.";
+      return;
+    }
+    if (box.classList.contains("chart-empty")) { box.classList.remove("chart-empty"); box.textContent = ""; }
+    const last = Math.max(...pts.map((p) => p.step), ...held.map((p) => p.step));
+    const layout = {margin: {t: 10, r: 10, b: 40, l: 45}, height: 260, showlegend: true, legend: {orientation: "h"},
+                    xaxis: {title: {text: "step"}, tickformat: "d", tick0: 0, dtick: Math.max(1, Math.ceil((last + 1) / 10))},
+                    yaxis: {title: {text: "loss (nats / token)"}}, paper_bgcolor: "rgba(0,0,0,0)"};
+    Plotly.react("loss-chart", [
+      {x: pts.map((p) => p.step), y: pts.map((p) => p.loss), mode: "lines", name: "training loss",
+       line: {color: "#2563eb"}},
+      {x: held.map((p) => p.step), y: held.map((p) => p.loss), mode: "lines+markers", name: "held-out loss",
+       line: {color: "#dc2626"}},
+    ], layout, {displayModeBar: false, responsive: true});
+  }
+
   function drawCharts() {
     if (!window.Plotly) return;
+    if (chart.kind === "sft") { drawLoss(); return; }
     const pts = chart.points;
     const x = pts.map((p) => p.step);
     const mean = pts.map((p) => p.reward_mean);
@@ -143,7 +170,7 @@
   function onStep(data) {
     const m = data.metrics || {};
     byStep(chart.points, {step: data.step, reward_mean: m.reward_mean ?? null, reward_std: m.reward_std ?? null,
-                          judge_mean: m.judge_mean ?? null, env_mean: m.env_mean ?? null});
+                          judge_mean: m.judge_mean ?? null, env_mean: m.env_mean ?? null, loss: m.loss ?? null});
     for (const [name, value] of Object.entries(data.criteria_means || {})) {
       chart.criteria[name] = chart.criteria[name] || [];
       byStep(chart.criteria[name], {step: data.step, value: value});
@@ -166,6 +193,11 @@
     // The step now trains on reviewed rewards: re-render its cards with the recomputed advantages.
     review_applied: (data) => refreshStepCards(data.step),
     step_finished: onStep,
+    held_out_loss: (data) => {
+      chart.held_out = chart.held_out || [];
+      byStep(chart.held_out, {step: data.step, loss: data.loss ?? null});
+      drawCharts();
+    },
     checkpoint_saved: refreshCheckpoints,
     evaluation: refreshCheckpoints,  // the table's win rates
     run_started: refreshCheckpoints,  // a resume may record the checkpoint a dead worker never reported
@@ -214,13 +246,21 @@
     if (headerKinds.has(message.kind)) fetchInto(live.dataset.headerUrl, "#run-header", "outerHTML");
   }
 
+  const REFUSED = {4401: "not logged in: live updates stopped", 4403: "no access to this run any more",
+                   4404: "no such run for you: live updates stopped"};
+
   function connect() {
     const scheme = location.protocol === "https:" ? "wss://" : "ws://";
     socket = new WebSocket(scheme + location.host + live.dataset.wsPath + "?after=" + lastSeq);
     socket.onopen = () => { retry = 1000; setIndicator(true); };
     socket.onmessage = (e) => JSON.parse(e.data).forEach(onMessage);  // a frame: one window's events, in seq order
-    socket.onclose = () => {
+    socket.onclose = (e) => {
       setIndicator(false);
+      if (REFUSED[e.code]) {  // no access (any more): reconnecting would be refused again
+        const dot = document.getElementById("live-indicator");
+        if (dot) dot.title = REFUSED[e.code];
+        return;
+      }
       setTimeout(connect, retry);  // reconnects resume from lastSeq: nothing is missed or repeated
       retry = Math.min(retry * 2, 15000);
     };

@@ -163,15 +163,16 @@ async def test_refused_submissions_raise_the_error_of_their_status_with_the_deta
 
 
 async def test_a_bad_token_another_projects_run_and_an_unknown_server_path_raise_at_once(studio):
-    async with StudioClient(studio.url, "rs_wrong") as client:
-        with pytest.raises(Unauthorized, match="Invalid token"):
-            await client.run(RUN_ID)
-    async with StudioClient(studio.url, studio.token) as client:
-        with pytest.raises(Forbidden, match="another project"):
-            await client.run(RUN_ID + 1)
-    async with StudioClient(studio.url + "/nowhere", studio.token) as client:
-        with pytest.raises(NotFound):
-            await client.run(RUN_ID)
+    """At once: after the one request that was refused, with no retry (a retried 401 would still raise, late)."""
+    cases = [(studio.url, "rs_wrong", RUN_ID, Unauthorized, "Invalid token"),
+             (studio.url, studio.token, RUN_ID + 1, Forbidden, "another project"),
+             (studio.url + "/nowhere", studio.token, RUN_ID, NotFound, "Not found")]
+    for base_url, token, run_id, error, message in cases:
+        sent = len(studio.requests)
+        async with StudioClient(base_url, token) as client:
+            with pytest.raises(error, match=message):
+                await client.run(run_id)
+        assert [r.method for r in studio.requests[sent:]] == ["GET"], (error, studio.requests[sent:])
 
 
 async def test_submissions_are_checked_before_they_leave(studio):

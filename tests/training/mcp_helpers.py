@@ -26,10 +26,9 @@ QUICK_SFT_STEPS = 150
 def quick_mailbox_model() -> Path:
     """The tiny mailbox model the tests share: built once (two or three minutes on CPU), cached under var/ and
     rebuilt when its recipe changes."""
-    from training.tiny_mailbox_model import ensure_tiny_mailbox_model
+    from tests.built_models import quick_mailbox_model as build
 
-    return ensure_tiny_mailbox_model(Path(__file__).resolve().parents[2] / "var" / "test-cache" /
-                                     "tiny-mailbox-model", sft_steps=QUICK_SFT_STEPS)
+    return build(QUICK_SFT_STEPS)
 
 
 def stdio(args: list[str], env: dict | None = None) -> dict:

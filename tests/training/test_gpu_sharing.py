@@ -95,7 +95,8 @@ def base_config(**parts: object) -> dict:
 def test_gpus_shared_by_vllm_and_the_trainer_need_a_sharing_plan() -> None:
     server = {"kind": "vllm", "gpus": [0, 1]}
     with pytest.raises(TrainingError, match=r"share GPU\(s\) \[1\].*gpu_sharing"):
-        parse_run_config(base_config(server=server, trainer={"gpus": [1]}))
+        parse_run_config(base_config(server={**server, "gpu_sharing": "none"}, trainer={"gpus": [1]}))
+    assert parse_run_config(base_config(server=server, trainer={"gpus": [1]})).server.gpu_sharing == "auto"
     parse_run_config(base_config(server={**server, "gpu_sharing": "sleep"}, trainer={"gpus": [1]}))
     parse_run_config(base_config(server=server, trainer={"gpus": [2]}))
 
@@ -125,3 +126,81 @@ def test_a_worker_starts_one_training_process_per_listed_gpu_or_as_many_as_asked
     assert processes(distributed="fsdp", processes=2) == 2
     with pytest.raises(TrainingError, match="set trainer.processes"):
         processes(distributed="ddp")
+
+
+def one_gpu(total: int, free_after_server: int, log: Path):
+    """A reading of one GPU of `total` bytes, all free until the vLLM double has started (it logs its start),
+    `free_after_server` after: what the driver would say once vLLM holds its share."""
+    from training.gpu_sharing import GpuMemory
+
+    def read() -> list[GpuMemory]:
+        return [GpuMemory(0, "test GPU", free_after_server if log.exists() else total, total)]
+
+    return read
+
+
+def tiny_plan(model_dir: Path, config):
+    from training.memory_plan import plan_memory, read_shape
+
+    return plan_memory(config, read_shape(str(model_dir)), [80 * 2**30]).gpus[0]
+
+
+def test_split_checks_the_trainers_fit_after_vllm_has_started_against_what_is_free(tiny_model_dir, tmp_path,
+                                                                                     monkeypatch):
+    from training.events import MemoryPlanned, RunFailed
+
+    config = sharing_config(tiny_model_dir, tmp_path, monkeypatch)  # gpu_sharing: auto, the default
+    total = 80 * 2**30
+    events: list = []
+    # Before vLLM starts the whole card is free, so a check made then would pass; after, too little is.
+    with pytest.raises(TrainingError, match=r"one training step needs about .* GiB more on GPU 0 \(test GPU\) and "
+                                            r"0\.0 GiB of its 80\.0 GiB is free"):
+        run(config, scorer=by_position, sink=events.append, gpu_reader=one_gpu(total, 1024, tmp_path / "vllm.jsonl"))
+    planned = [e for e in events if isinstance(e, MemoryPlanned)]
+    assert [p.sharing for p in planned] == ["split"] and "side by side" in planned[0].reason
+    argv = logged(tmp_path)[0]["argv"]
+    assert argv[argv.index("--gpu-memory-utilization") + 1] == str(planned[0].gpu_memory_utilization)
+    assert isinstance(events[-1], RunFailed)
+    assert not (tmp_path / "run" / "checkpoints" / "step_0001").exists()
+
+
+def test_split_trains_when_what_is_free_after_vllm_started_holds_a_step(tiny_model_dir, tmp_path, monkeypatch):
+    config = sharing_config(tiny_model_dir, tmp_path, monkeypatch)
+    needed = tiny_plan(tiny_model_dir, config).trainer.activations
+    summary = run(config.model_copy(update={"steps": 1}), scorer=by_position,
+                  gpu_reader=one_gpu(80 * 2**30, needed * 2, tmp_path / "vllm.jsonl"))
+    assert summary.status == "completed"
+
+
+def test_auto_on_a_card_too_small_for_both_side_by_side_sleeps_with_the_planned_share(tiny_model_dir, tmp_path,
+                                                                                        monkeypatch):
+    from training.events import MemoryPlanned
+    from training.memory_plan import SLEEPING_SERVER
+
+    config = sharing_config(tiny_model_dir, tmp_path, monkeypatch)
+    gpu = tiny_plan(tiny_model_dir, config)
+    # Big enough for the two taking turns, too small for them side by side.
+    total = max(gpu.trainer.peak + SLEEPING_SERVER, gpu.trainer.resident + gpu.server.total)
+    assert total < gpu.trainer.peak + gpu.server.total
+    events: list = []
+    summary = run(config.model_copy(update={"steps": 1}), scorer=by_position, sink=events.append,
+                  gpu_reader=one_gpu(total, total, tmp_path / "vllm.jsonl"))
+    assert summary.status == "completed"
+    (planned,) = [e for e in events if isinstance(e, MemoryPlanned)]
+    assert planned.sharing == "sleep" and "take turns" in planned.reason
+    share = -(-gpu.server.total * 100 // total) / 100  # the server's need as a share of the card, rounded up
+    argv = logged(tmp_path)[0]["argv"]
+    assert "--enable-sleep-mode" in argv and argv[argv.index("--gpu-memory-utilization") + 1] == str(share)
+    assert [e["event"] for e in logged(tmp_path)[1:]] == ["sleep", "wake_up", "load_lora_adapter"]
+
+
+def test_auto_with_a_gpu_to_spare_gives_vllm_its_own(tiny_model_dir, tmp_path, monkeypatch):
+    from training.gpu_sharing import GpuMemory
+
+    config = sharing_config(tiny_model_dir, tmp_path, monkeypatch)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    two = [GpuMemory(i, "test GPU", 80 * 2**30, 80 * 2**30) for i in range(2)]
+    run(config.model_copy(update={"steps": 1}), scorer=by_position, gpu_reader=lambda: two)
+    start = logged(tmp_path)[0]
+    assert start["env"]["CUDA_VISIBLE_DEVICES"] == "5"  # the second visible GPU; the trainer keeps the first
+    assert "--gpu-memory-utilization" not in start["argv"] and "--enable-sleep-mode" not in start["argv"]

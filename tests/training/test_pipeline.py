@@ -119,11 +119,14 @@ def test_a_pipelined_run_gives_its_local_server_and_its_trainer_half_the_cores_e
         if isinstance(event, StepFinished):
             seen.append((_local_server_threads(), torch.get_num_threads()))
 
-    run(small_config(tiny_model_dir, tmp_path / "piped", pipeline={"enabled": True}), scorer=by_position, sink=sink)
+    local = {"kind": "local"}  # this test is about the local server's process
+    run(small_config(tiny_model_dir, tmp_path / "piped", pipeline={"enabled": True}, server=local), scorer=by_position,
+        sink=sink)
     assert seen == [([max(1, cores // 2)], max(1, cores - cores // 2))] * 2
     assert torch.get_num_threads() == cores  # given back when the run ends
     seen.clear()
-    run(small_config(tiny_model_dir, tmp_path / "seq", pipeline={"enabled": False}), scorer=by_position, sink=sink)
+    run(small_config(tiny_model_dir, tmp_path / "seq", pipeline={"enabled": False}, server=local), scorer=by_position,
+        sink=sink)
     assert seen == [([0], cores)] * 2  # sequential: the two take turns, each with every core (0: torch's default)
 
 

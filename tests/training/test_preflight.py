@@ -55,7 +55,11 @@ def test_max_tokens_beyond_the_models_context_is_refused(tiny_model_dir):
     problems = preflight(_config(tiny_model_dir, sampling={"max_tokens": context + 1}))
     assert problems == [f"sampling.max_tokens {context + 1} is more than base model {tiny_model_dir} can hold "
                         f"({context} tokens of context); lower the agent's max tokens"]
-    assert preflight(_config(tiny_model_dir, sampling={"max_tokens": context})) == []
+    # max_tokens equal to the context is refused too, now for the prompt it leaves no room for
+    # (tests/training/test_prompt_budget.py); a max_tokens that leaves the prompt its room passes.
+    assert preflight(_config(tiny_model_dir, sampling={"max_tokens": context}))[0].startswith(
+        "the prompt does not fit the model")
+    assert preflight(_config(tiny_model_dir, sampling={"max_tokens": context // 2})) == []
 
 
 def test_a_model_that_does_not_generate_text_is_refused(tmp_path, tiny_model_dir):

@@ -92,7 +92,7 @@ def test_asking_for_a_model_the_server_does_not_serve_is_an_error(server):
 
 
 def test_a_groups_identical_first_turns_reach_the_server_as_one_request_with_n_choices(server):
-    from training.groups import rollout_group
+    from training.groups import rollout_groups
 
     sent = []
 
@@ -107,9 +107,9 @@ def test_a_groups_identical_first_turns_reach_the_server_as_one_request_with_n_c
     async def go():
         async with httpx.AsyncClient(event_hooks={"request": [count]}) as http:
             client = AsyncOpenAI(base_url=server.base_url, api_key="unused", http_client=http)
-            return await rollout_group(env, client, server.model_name, scenario, config, 8)
+            return await rollout_groups(env, client, server.model_name, scenario, config, 8)
 
-    group = asyncio.run(go())
+    [group] = asyncio.run(go())
     assert sent == [8]  # one request for the eight identical first turns
     assert len(group.trajectories) == 8 and not group.errors
     for t in group.trajectories:  # each trajectory is shaped as if it had asked alone

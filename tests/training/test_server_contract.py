@@ -61,7 +61,7 @@ def post(server: InferenceServer, route: str, body: dict) -> tuple[int, str]:
         except ApiError as err:
             return err.status, str(err)
         return 200, ""
-    with httpx.Client(base_url=server.base_url, timeout=60) as http:
+    with httpx.Client(base_url=server.base_url, timeout=60, headers=server.headers) as http:
         response = http.post(route, json=body)
     return response.status_code, response.text
 
@@ -115,6 +115,20 @@ def test_max_tokens_cuts_the_turn_with_finish_reason_length(client: openai.OpenA
     choice = greedy(client, "base", max_tokens=2)
     assert choice.finish_reason == "length"
     assert len(token_ids(choice)) == 2
+
+
+@pytest.mark.parametrize("change, param", [
+    ({"n": 0}, "n"), ({"n": "two"}, "n"), ({"max_tokens": 0}, "max_tokens"), ({"max_tokens": -5}, "max_tokens"),
+    ({"max_tokens": 10**6}, "max_tokens"), ({"temperature": -1}, "temperature"), ({"top_p": 0}, "top_p"),
+    ({"top_p": 1.5}, "top_p"),
+])
+def test_parameters_out_of_range_are_400s(client: openai.OpenAI, change: dict, param: str,
+                                          request: pytest.FixtureRequest) -> None:
+    # max_tokens 0 is not "the whole context", nor -5 a 500: both are refused before anything is sampled.
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model="base", messages=MESSAGES, max_tokens=2, extra_body=change)
+    if request.node.callspec.params["server"] != "vllm":
+        assert refused.value.body["param"] == param  # ours name it; vLLM's message does, in its own words
 
 
 def test_an_unknown_model_is_a_404(client: openai.OpenAI) -> None:

@@ -246,7 +246,7 @@ def test_a_gpu_worker_config_refuses_the_local_server(tiny_model_dir, tmp_path):
     from tests.training.configs import small_config
     from training.config import RunConfig
 
-    config = small_config(tiny_model_dir, tmp_path).model_dump()
+    config = small_config(tiny_model_dir, tmp_path, server={"kind": "local"}).model_dump()
     config["trainer"] = {"require_gpu": True}
     with pytest.raises(ValueError, match="require_gpu refuses server.kind 'local'"):
         RunConfig.model_validate(config)

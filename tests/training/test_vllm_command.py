@@ -72,9 +72,10 @@ def test_a_missing_vllm_interpreter_is_an_actionable_error(monkeypatch: pytest.M
 
 
 def test_sleep_mode_starts_vllm_with_its_flag_and_dev_mode_endpoints() -> None:
-    command, env = command_for(vllm_device="gpu", gpu_sharing="sleep")
+    command, env = command_for(vllm_device="gpu", gpu_sharing="sleep", gpu_memory_utilization=0.31)
     assert "--enable-sleep-mode" in command and env["VLLM_SERVER_DEV_MODE"] == "1"
-    assert "--gpu-memory-utilization" not in command
+    # It starts beside the trainer's resident weights: the planned share, never vLLM's default 0.9.
+    assert command[command.index("--gpu-memory-utilization") + 1] == "0.31"
     command, env = command_for(vllm_device="gpu")
     assert "--enable-sleep-mode" not in command and "VLLM_SERVER_DEV_MODE" not in env
 
@@ -127,3 +128,65 @@ def test_a_run_config_sets_or_turns_off_the_tool_call_parser_and_unknown_familie
     assert flags("auto") == []
     assert flags("none") == []
     assert flags("pythonic") == ["--enable-auto-tool-choice", "--tool-call-parser", "pythonic"]
+
+
+def test_the_sequence_limits_are_passed_only_when_set() -> None:
+    command, _ = command_for(vllm_device="gpu", max_model_len=4096, max_num_seqs=64)
+    assert command[command.index("--max-model-len") + 1] == "4096"
+    assert command[command.index("--max-num-seqs") + 1] == "64"
+    command, _ = command_for(vllm_device="gpu", gpu_sharing="auto")  # auto unresolved (Try it): no sharing flags
+    assert not {"--max-model-len", "--max-num-seqs", "--gpu-memory-utilization", "--enable-sleep-mode"} & set(command)
+
+
+# Every mode's command line, as the engine builds it for a GPU.
+MODES = {
+    "none": {},
+    "split": {"gpu_sharing": "split", "gpu_memory_utilization": 0.35},
+    "sleep": {"gpu_sharing": "sleep", "gpu_memory_utilization": 0.42},
+    "own GPUs with tensor parallelism": {"gpus": [0, 1]},
+    "sequence limits": {"max_model_len": 4096, "max_num_seqs": 64},
+}
+PARSE = """
+import json, sys
+try:
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+except ImportError:
+    from vllm.utils import FlexibleArgumentParser
+try:  # the parser the api_server module's main() builds: launchers/ since vLLM 0.32, openai/ before
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
+except ImportError:
+    from vllm.entrypoints.openai.cli_args import make_arg_parser, validate_parsed_serve_args
+args = make_arg_parser(FlexibleArgumentParser()).parse_args(json.loads(sys.argv[1]))
+validate_parsed_serve_args(args)
+print(json.dumps({k: getattr(args, k, None) for k in ("gpu_memory_utilization", "enable_sleep_mode",
+      "tensor_parallel_size", "max_model_len", "max_num_seqs", "enable_lora", "max_lora_rank")}))
+"""
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize("mode", list(MODES))
+def test_every_flag_of_each_modes_command_line_is_one_vllm_serve_parses(tmp_path, mode) -> None:
+    """vLLM's own argument parser (that of `vllm serve` and of the api_server module we start) reads the command
+    line the engine builds for each GPU-sharing mode: a flag it does not know is an error there."""
+    import json
+    import subprocess
+
+    python = os.environ.get("VLLM_PYTHON")
+    if not python:
+        pytest.fail("VLLM_PYTHON is not set; run `make test-vllm`")
+    (tmp_path / "config.json").write_text('{"model_type": "qwen2"}')
+    command, _ = vllm_command(ServerConfig(kind="vllm", python=python, vllm_device="gpu", max_lora_rank=16,
+                                           **MODES[mode]), str(tmp_path), 8123, "base")
+    assert command[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+    done = subprocess.run([python, "-c", PARSE, json.dumps(command[3:])], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    parsed = json.loads(done.stdout.strip().splitlines()[-1])
+    assert parsed["enable_lora"] is True and parsed["max_lora_rank"] == 16
+    settings = MODES[mode]
+    if "gpu_memory_utilization" in settings:
+        assert parsed["gpu_memory_utilization"] == settings["gpu_memory_utilization"]
+    assert parsed["enable_sleep_mode"] is (mode == "sleep")
+    assert parsed["tensor_parallel_size"] == (2 if mode.startswith("own GPUs") else 1)
+    if mode == "sequence limits":
+        assert (parsed["max_model_len"], parsed["max_num_seqs"]) == (4096, 64)

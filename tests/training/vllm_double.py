@@ -17,8 +17,12 @@ import sys
 import time
 from typing import Any
 
+from starlette.requests import Request
+from starlette.responses import Response
+
 from training.servers.engine import Engine
-from training.servers.local import Server, make_handler
+from training.servers.local import LocalApp, error_response, json_response
+from training.servers.serving import Limits, serve
 
 LOG = os.environ["VLLM_DOUBLE_LOG"]
 
@@ -26,6 +30,33 @@ LOG = os.environ["VLLM_DOUBLE_LOG"]
 def record(**event: Any) -> None:
     with open(LOG, "a") as f:
         f.write(json.dumps({"time": time.time(), **event}) + "\n")
+
+
+class DoubleApp(LocalApp):
+    """The local server's app plus vLLM's sleep-mode endpoints (not under /v1: vLLM's API key does not cover them)."""
+
+    def __init__(self, engine: Engine, sleep_endpoints: bool) -> None:
+        super().__init__(engine, token=os.environ.get("VLLM_API_KEY"), limits=Limits())
+        self.sleep_endpoints = sleep_endpoints
+        self.asleep = False
+
+    async def respond(self, request: Request) -> Response:
+        path = request.url.path
+        if self.sleep_endpoints and request.method == "GET" and path == "/is_sleeping":
+            return json_response(200, {"is_sleeping": self.asleep})
+        if self.sleep_endpoints and request.method == "POST" and path in ("/sleep", "/wake_up"):
+            record(event=path.strip("/"), query=request.url.query)
+            wake = os.environ.get("VLLM_DOUBLE_WAKE", "")
+            if path == "/wake_up" and wake == "refuse":
+                return error_response(500, "CUDA out of memory while restoring the KV cache")
+            self.asleep = path == "/sleep" or wake == "stays_asleep"
+            return json_response(200, "")
+        if request.method == "POST" and self.asleep and self.authorized(request):
+            record(event="refused_while_asleep", path=path)
+            return error_response(500, f"{path} while the engine is asleep")
+        if request.method == "POST" and path == "/v1/load_lora_adapter":
+            record(event="load_lora_adapter")
+        return await super().respond(request)
 
 
 def main() -> None:
@@ -41,39 +72,7 @@ def main() -> None:
         "VLLM_SERVER_DEV_MODE", "CUDA_VISIBLE_DEVICES", "VLLM_ALLOW_RUNTIME_LORA_UPDATING")})
     sleep_endpoints = args.enable_sleep_mode and os.environ.get("VLLM_SERVER_DEV_MODE") == "1"
     engine = Engine(args.model, args.served_model_name, args.max_lora_rank, "cpu")
-    state = {"asleep": False}
-    base = make_handler(engine)
-
-    class Handler(base):  # type: ignore[valid-type, misc]
-        def do_GET(self) -> None:  # noqa: N802
-            if sleep_endpoints and self.path == "/is_sleeping":
-                self._send(200, {"is_sleeping": state["asleep"]})
-            else:
-                super().do_GET()
-
-        def do_POST(self) -> None:  # noqa: N802
-            path = self.path.split("?")[0]
-            if sleep_endpoints and path in ("/sleep", "/wake_up"):
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                record(event=path.strip("/"), query=self.path.partition("?")[2])
-                wake = os.environ.get("VLLM_DOUBLE_WAKE", "")
-                if path == "/wake_up" and wake == "refuse":
-                    self._error(500, "CUDA out of memory while restoring the KV cache")
-                    return
-                state["asleep"] = path == "/sleep" or wake == "stays_asleep"
-                self._send(200, "")
-                return
-            if state["asleep"]:
-                record(event="refused_while_asleep", path=path)
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                self._error(500, f"{path} while the engine is asleep")
-                return
-            if path == "/v1/load_lora_adapter":
-                record(event="load_lora_adapter")
-            super().do_POST()
-
-    server = Server((args.host, args.port), Handler)
-    server.serve_forever()
+    serve(DoubleApp(engine, sleep_endpoints), args.host, args.port, Limits())
 
 
 if __name__ == "__main__":

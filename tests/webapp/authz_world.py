@@ -14,11 +14,12 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from tests.webapp.factories import (
-    agent_factory, judge_factory, mcp_server_factory, member_factory, project_factory, rubric_factory, run_factory,
+    dataset_factory, agent_factory, judge_factory, mcp_server_factory, member_factory, project_factory, rubric_factory, run_factory,
     scenario_set_factory, user_factory,
 )
 from webapp.live.ingest import run_event_ingest
-from webapp.models import Checkpoint, Rescore, Role, RunStatus, Scenario, Trajectory
+from webapp.models import (Checkpoint, Distillation, DistillationDraft, ModelExport, Rescore, Role, RunStatus,
+                           Scenario, Trajectory, TrySession)
 from webapp.services.project_tokens import project_token_create
 
 # Lowest first. "admin" is the project's owner; "other_admin" owns another project; "anonymous" is logged out.
@@ -83,11 +84,29 @@ def build_world(tmp_path: Path) -> World:
     rescore = Rescore.objects.create(project=project, rubric_text="x", judge_config=judge, judge_model=judge.model,
                                      group_ids=[trajectory.group_id], status=Rescore.Status.DONE)
     token, _ = project_token_create(user=project.owner, project=project, name="world")
+    dataset = dataset_factory(project=project, rows=2)
+    distillation = Distillation.objects.create(
+        project=project, dataset=dataset, agent=agent, scenario_set=scenario_set, teacher=judge, judge_config=judge,
+        status=Distillation.Status.DONE, config={"teacher": {"model": judge.model}, "judge": {"judge_model": judge.model}})
+    draft = DistillationDraft.objects.create(distillation=distillation, index=0, scenario_external_id="s1",
+                                             messages=[{"role": "user", "content": "q"},
+                                                       {"role": "assistant", "content": "a"}])
+    answered = {"status": "done", "messages": [{"role": "user", "content": "Question 1?"},
+                                               {"role": "assistant", "content": "an answer"}], "tools": None,
+                "error": "", "seconds": 0.1}
+    try_session = TrySession.objects.create(
+        project=project, agent=agent, base_model=agent.base_model, user_message="Question 1?", status="done",
+        columns=[{"label": "base", "checkpoint_id": None, "model": "base"},
+                 {"label": "r@1", "checkpoint_id": checkpoint.id, "model": f"r@1#{checkpoint.id}"}],
+        answers=[answered, answered])
+    export = ModelExport.objects.create(checkpoint=checkpoint, status="failed", error="world")
     mcp_server = mcp_server_factory(project=project, url=f"http://127.0.0.1:{_closed_port()}/mcp")
     ids = {"project_id": project.id, "token_id": token.id, "server_id": mcp_server.id, "agent_id": agent.id,
-           "scenario_set_id": scenario_set.id,
+           "scenario_set_id": scenario_set.id, "dataset_id": dataset.id, "version_id": dataset.latest_version.id,
+           "distillation_id": distillation.id, "draft_id": draft.id,
            "rubric_id": rubric.id, "judge_id": judge.id, "run_id": run.id, "group_id": trajectory.group_id,
            "trajectory_id": trajectory.id, "checkpoint_id": checkpoint.id, "rescore_id": rescore.id,
+           "session_id": try_session.id, "export_id": export.id,
            "scenario_id": "s1", "scenario_pk": scenario.id, "action": "pause", "user_id": users["viewer"].id,
            # an invite link for a real account whose token is wrong (or spent): the "link invalid" page
            "uidb64": urlsafe_base64_encode(force_bytes(users["viewer"].pk)), "token": "spent-token"}

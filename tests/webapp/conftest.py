@@ -94,33 +94,66 @@ def start_celery_worker(transactional_db):
             pass
 
 
-def wait_for(predicate, timeout: float = 60.0, interval: float = 0.1, message: str = "condition"):
+def wait_for(predicate, timeout: float = 60.0, interval: float = 0.1, message: str = "condition", explain=None):
+    """`explain`, when given, is called on a timeout: what it returns (the state of the thing waited for) is
+    added to the error, so a failure on CI says why, not only what."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {message}")
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {message}"
+                         + (f"\n{explain()}" if explain else ""))
 
 
-@pytest.fixture(scope="session")
-def tiny_model_dir() -> Path:
-    from training.tiny_model import ensure_tiny_model
+def run_story(run) -> str:
+    """A run's state for a failed wait: its row, its last events, the engine's log, the logs of the Celery
+    workers the test started, and every other process on this machine that talks to the test database."""
+    from django.db import connection
 
-    return ensure_tiny_model(ROOT / "var" / "tiny-model")
+    from webapp.models import Run
+
+    row = Run.objects.filter(pk=run.pk).values("status", "phase", "worker", "error", "heartbeat_at",
+                                               "attempts", "enqueued_at").first()
+    events = list(run.events.order_by("-seq").values_list("seq", "kind")[:8])
+    parts = [f"run {run.pk}: {row}", f"last events: {events}"]
+    engine_log = Path(run.output_dir) / "engine.log"
+    if engine_log.exists():
+        parts.append("engine.log:\n" + engine_log.read_text(errors="replace")[-2000:])
+    for log_path in sorted(Path(settings.VAR_DIR).glob("celery-worker-*.log")):
+        parts.append(f"{log_path.name}:\n" + log_path.read_text(errors="replace")[-2000:])
+    name, others = connection.settings_dict["NAME"], []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if name.encode() in (entry / "environ").read_bytes():
+                    command = (entry / "cmdline").read_bytes().replace(b"\0", b" ")[:200]
+                    others.append(f"{entry.name}: {command!r}")
+            except OSError:
+                continue
+    parts.append("processes with this test database in their environment:\n" + "\n".join(others))
+    return "\n".join(parts)
 
 
 @pytest.fixture
 def tiny_run(tiny_model_dir):
-    """Launches a real run on the tiny model playing 2048 (the demo's task, small settings)."""
+    """Launches a real run on the tiny model playing 2048 (the demo's task, small settings), sampled by the
+    in-process server unless `server` names another (a test about the server passes {"kind": "local"}). The
+    server is the deployment's (STUDIO_RUN_WORKER_CONFIG, webapp/run_policy.py), so it is set there for the
+    launch, which freezes it into the run."""
     from training.demo import demo_config
 
     from tests.webapp.factories import project_factory
     from webapp.models import Agent, Scenario, ScenarioSet
+    from django.conf import settings
+    from django.test import override_settings
+
+    from webapp.services.run_config import deep_merge
     from webapp.services.runs import run_launch
 
-    def launch(*, steps: int = 2, project=None, judge_config=None, rubric_version=None, overrides=None):
+    def launch(*, steps: int = 2, project=None, judge_config=None, rubric_version=None, overrides=None,
+               server=None, trackers=None):
         demo = demo_config(out_dir="unused", steps=steps, model_dir=tiny_model_dir)
         project = project or project_factory()
         agent = Agent.objects.create(project=project, name="tiny 2048 player", base_model=str(tiny_model_dir),
@@ -129,10 +162,12 @@ def tiny_run(tiny_model_dir):
         scenario_set = ScenarioSet.objects.create(project=project, name="2048 games")
         Scenario.objects.bulk_create(Scenario(scenario_set=scenario_set, external_id=s.id, user_message=s.user_message,
                                               metadata=s.metadata) for s in demo.scenarios[:4])
-        return run_launch(user=project.owner, project=project, name="tiny", agent=agent, scenario_set=scenario_set,
-                          judge_config=judge_config, rubric_version=rubric_version, steps=steps, group_size=4,
-                          groups_per_step=2, learning_rate=demo.grpo.learning_rate,
-                          overrides={"device": "cpu", "lora": demo.lora.model_dump(), **(overrides or {})})
+        worker = deep_merge(settings.STUDIO_RUN_WORKER_CONFIG, {"server": server or {"kind": "inprocess"}})
+        with override_settings(STUDIO_RUN_WORKER_CONFIG=worker):
+            return run_launch(user=project.owner, project=project, name="tiny", agent=agent,
+                              scenario_set=scenario_set, judge_config=judge_config, rubric_version=rubric_version,
+                              steps=steps, group_size=4, groups_per_step=2, learning_rate=demo.grpo.learning_rate,
+                              overrides={"lora": demo.lora.model_dump(), **(overrides or {})}, trackers=trackers)
 
     return launch
 

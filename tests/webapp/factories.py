@@ -7,7 +7,8 @@ from typing import Any
 from django.contrib.auth import get_user_model
 
 from webapp.models import (
-    Agent, JudgeConfig, McpServer, Membership, Project, Role, Rubric, RubricVersion, Run, Scenario, ScenarioSet,
+    Agent, Dataset, DatasetRow, DatasetVersion, JudgeConfig, McpServer, Membership, Project, Role, Rubric,
+    RubricVersion, Run, Scenario, ScenarioSet,
 )
 from webapp.services.run_config import run_config_build
 
@@ -49,6 +50,34 @@ def scenario_set_factory(*, project: Project, scenarios: int = 3, **fields: Any)
     return scenario_set
 
 
+def conversation_rows(count: int) -> list[dict]:
+    """Valid SFT conversations (OpenAI chat format), one tool call among them."""
+    rows = [{"messages": [{"role": "user", "content": f"Question {i + 1}?"},
+                          {"role": "assistant", "content": f"Answer {i + 1}."}]} for i in range(count)]
+    if count:
+        rows[0] = {"messages": [
+            {"role": "user", "content": "What is a fjord?"},
+            {"role": "assistant", "tool_calls": [{"id": "c0", "type": "function", "function": {
+                "name": "lookup", "arguments": "{\"q\": \"fjord\"}"}}]},
+            {"role": "tool", "tool_call_id": "c0", "content": "a long narrow inlet"},
+            {"role": "assistant", "content": "A long narrow inlet."}],
+            "tools": [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]}
+    return rows
+
+
+def dataset_factory(*, project: Project, rows: int = 3, **fields: Any) -> Dataset:
+    """A dataset with one version of `rows` valid conversations."""
+    fields.setdefault("name", f"dataset {next(_n)}")
+    dataset = Dataset.objects.create(project=project, **fields)
+    if rows:
+        version = DatasetVersion.objects.create(dataset=dataset, number=1, source=DatasetVersion.Source.UPLOAD,
+                                                note="factory", row_count=rows)
+        DatasetRow.objects.bulk_create(DatasetRow(version=version, index=i, messages=r["messages"],
+                                                  tools=r.get("tools"), metadata={})
+                                       for i, r in enumerate(conversation_rows(rows)))
+    return dataset
+
+
 def rubric_factory(*, project: Project, text: str = "Prefer concise, correct answers.", criteria=None) -> Rubric:
     rubric = Rubric.objects.create(project=project, name=f"rubric {next(_n)}")
     RubricVersion.objects.create(rubric=rubric, number=1, text=text, criteria=criteria or [])
@@ -62,10 +91,11 @@ def judge_factory(*, project: Project, **fields: Any) -> JudgeConfig:
 
 
 def mcp_server_factory(*, project: Project, **fields: Any) -> McpServer:
-    """An HTTP server by default (nothing is started); pass transport="stdio", command, args for a stdio one."""
+    """An HTTP server by default (nothing is started); transport="stdio" names the catalogue's mailbox unless
+    catalogue_entry says otherwise."""
     fields.setdefault("name", f"mcp {next(_n)}")
     if fields.get("transport") == "stdio":
-        fields.setdefault("command", "python")
+        fields.setdefault("catalogue_entry", "mailbox")
     else:
         fields.setdefault("url", "http://127.0.0.1:9/mcp")
     return McpServer.objects.create(project=project, **fields)

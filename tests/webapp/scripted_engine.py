@@ -3,7 +3,8 @@ the real control protocol, a checkpoint directory per step, no model. `python ma
 select it with STUDIO_ENGINE=tests.webapp.scripted_engine:train. Runs that need learning use the real engine.
 
 config.environment.options may hold {"phase_s": seconds per phase} to give a test time to pause or kill, and
-{"alert_at_step": k} to send a monitor alert that asks for a pause after step k.
+{"alert_at_step": k} to send a monitor alert that asks for a pause after step k, and {"review": true} to ask
+for each step's review (the real loop's handshake: the parent's effective rewards replace the step's rewards).
 Fault tests find where it is: it writes its pid to `engine.pid` and "<step>:<moment>" to `moment` in the output
 directory as it enters each moment of a step (rollouts, judging, optimizer, checkpoint), and waits phase_s
 there. Each scored group reports one judge call (cost 0.001 $), as the judge scorer does, so accounting can be
@@ -17,8 +18,11 @@ import os
 from pathlib import Path
 
 from training.config import RunConfig
+from types import SimpleNamespace
+
 from training.events import (
-    CheckpointSaved, GroupRolledOut, GroupScored, MonitorAlert, RunFinished, RunStarted, StepFinished, TrainStep,
+    CheckpointSaved, GroupRolledOut, GroupScored, MonitorAlert, ReviewApplied, ReviewRequested, RunFinished,
+    RunStarted, StepFinished, TrainStep,
 )
 
 
@@ -45,7 +49,9 @@ async def train(config: RunConfig, *, scorer=None, sink, control, review=None):
                     checkpoint_path=str(out / f"{done[-1]:04d}") if done else "",
                     adapter_name=f"{config.name}@{done[-1]}" if done else ""))
     step = start
+    reviewing = bool(config.environment.options.get("review")) and review is not None
     for step in range(start, config.steps + 1):
+        scored: list[list[float]] = []
         _at(out, step, "rollouts")
         if not await _go(control, delay):
             sink(RunFinished(status="cancelled", steps_done=step - 1))
@@ -71,6 +77,18 @@ async def train(config: RunConfig, *, scorer=None, sink, control, review=None):
             } for i, r in enumerate(rewards)]
             sink(GroupScored(step=step, group_index=g, scenario_id=scenario.id, trajectories=trajectories,
                              reward_mean=mean, reward_std=0.1, skipped=False))
+            scored.append(rewards)
+        if reviewing:  # as the real loop: the step trains on the rewards the parent sends back
+            sink(ReviewRequested(step=step))
+            groups = [SimpleNamespace(trajectories=[SimpleNamespace(reward=r) for r in rs]) for rs in scored]
+            await review(step, groups)
+            applied = []
+            for g, group in enumerate(groups):
+                rewards = [t.reward for t in group.trajectories]
+                mean = sum(rewards) / len(rewards)
+                applied.append({"group_index": g, "rewards": rewards, "advantages": [r - mean for r in rewards],
+                                "skipped": False})
+            sink(ReviewApplied(step=step, groups=applied))
         _at(out, step, "optimizer")
         if not await _go(control, delay):
             sink(RunFinished(status="cancelled", steps_done=step - 1))

@@ -11,6 +11,35 @@ import tempfile
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/rubric_studio")
 # A Redis database of its own, so tests never meet another process's queues or channel groups.
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/13")
+
+
+def _worker_redis_url(url: str, worker: str) -> str:
+    """Under pytest-xdist, worker gwN's Redis database: the Nth of STUDIO_TEST_REDIS_DBS (e.g. "13,14") when set,
+    else REDIS_URL's database plus N. Each worker's Celery queues, channel groups and caches are its own; a
+    Celery worker a test starts inherits it (os.environ)."""
+    index = int(worker.removeprefix("gw"))
+    base, _, db = url.rpartition("/")
+    listed = [d.strip() for d in os.environ.get("STUDIO_TEST_REDIS_DBS", "").split(",") if d.strip()]
+    if listed and index >= len(listed):
+        raise RuntimeError(f"STUDIO_TEST_REDIS_DBS={os.environ['STUDIO_TEST_REDIS_DBS']} names {len(listed)} Redis "
+                           f"databases for at least {index + 1} pytest-xdist workers")
+    chosen = int(listed[index]) if listed else int(db or 0) + index
+    if not 0 <= chosen <= 15:
+        raise RuntimeError(f"worker {worker} would use Redis database {chosen}; set STUDIO_TEST_REDIS_DBS")
+    return f"{base}/{chosen}"
+
+
+# Once per pytest-xdist worker, in the worker itself: the processes its tests start (Celery workers, daphne)
+# inherit the result in their environment and must not shift it again (gw1's Celery workers once listened on
+# the database after gw1's). The worker's own folder too: the controller made one before starting the workers,
+# and two workers sharing it shared the runs' output folders and the Celery workers' logs.
+_xdist_worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _xdist_worker and os.environ.get("STUDIO_TEST_WORKER") != _xdist_worker:
+    os.environ["STUDIO_TEST_WORKER"] = _xdist_worker
+    if os.environ["REDIS_URL"]:
+        os.environ["REDIS_URL"] = _worker_redis_url(os.environ["REDIS_URL"], _xdist_worker)
+    os.environ["STUDIO_VAR_DIR"] = tempfile.mkdtemp(prefix=f"studio-tests-{_xdist_worker}-")
+    os.environ["STUDIO_CHANNEL_PREFIX"] = f"studio-test-{os.getpid()}"
 os.environ.setdefault("SECRET_KEY", "tests-only-secret-key-" + "x" * 40)
 os.environ.setdefault("STUDIO_VAR_DIR", tempfile.mkdtemp(prefix="studio-tests-"))
 os.environ.setdefault("STUDIO_CHANNEL_PREFIX", f"studio-test-{os.getpid()}")
@@ -21,6 +50,9 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("STUDIO_MCP_ALLOWED_HOSTS", "127.0.0.1,localhost")
 # Catalogue tests name placeholder models for a scripted engine; the tests of the model check turn it on.
 os.environ.setdefault("STUDIO_MODEL_CHECK", "off")
+# The tests' deployment trains on the CPU (also where a GPU is visible): runs take it from here, not from a
+# launch's overrides (webapp/run_policy.py). Worker processes the tests start inherit it.
+os.environ.setdefault("STUDIO_RUN_WORKER_CONFIG", '{"device": "cpu"}')
 
 from webapp.settings import *  # noqa: E402,F401,F403
 

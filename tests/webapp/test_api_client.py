@@ -29,7 +29,8 @@ class SchemaClient:
                            for path, ops in schema["paths"].items() for method, op in ops.items()}
 
     def _resolve(self, node: Any) -> Any:
-        """$refs inlined, and OpenAPI 3.0's `nullable` as JSON Schema's null type, for jsonschema."""
+        """$refs inlined, and OpenAPI 3.0's `nullable` as JSON Schema's null type and its boolean
+        `exclusiveMinimum`/`exclusiveMaximum` (beside `minimum`/`maximum`) as the numbers JSON Schema uses."""
         if isinstance(node, list):
             return [self._resolve(n) for n in node]
         if not isinstance(node, dict):
@@ -37,6 +38,11 @@ class SchemaClient:
         if "$ref" in node:
             return self._resolve(copy.deepcopy(self.schema["components"]["schemas"][node["$ref"].split("/")[-1]]))
         out = {k: self._resolve(v) for k, v in node.items() if k != "nullable"}
+        for bound, exclusive in (("minimum", "exclusiveMinimum"), ("maximum", "exclusiveMaximum")):
+            if out.get(exclusive) is True:
+                out[exclusive] = out.pop(bound)
+            elif out.get(exclusive) is False:
+                del out[exclusive]
         if node.get("nullable"):
             out = {"anyOf": [out, {"type": "null"}]}
         return out

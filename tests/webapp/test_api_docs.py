@@ -3,7 +3,6 @@ site's CSP (no CDN, no inline script), listing the error responses and rate limi
 user create, see and revoke the token their scripts use."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 from django.urls import reverse
@@ -59,7 +58,7 @@ def test_the_token_page_refuses_an_unknown_action_and_changes_nothing(client):
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium (make system-deps)")
+@pytest.mark.browser
 def test_the_api_docs_page_shows_swagger_ui_with_errors_and_rate_limits_in_a_browser(server):  # noqa: F811
     from playwright.sync_api import expect, sync_playwright
 

@@ -127,16 +127,22 @@ def test_a_judge_key_variable_must_be_an_api_key_so_the_servers_own_secrets_stay
     assert ok.status_code == 302 and project.judge_configs.get().api_key_env == "OPENAI_API_KEY"
 
 
-@pytest.mark.parametrize("overrides, problem", [
-    ({"server": {"kind": "vllm", "python": "/bin/sh"}}, "server.python is set on the worker"),
-    ({"server": {"kind": "vllm", "extra_args": ["--help"]}}, "server.extra_args is set on the worker"),
-    ({"scenarios_file": "/etc/hostname"}, "scenarios_file is set on the worker"),
-    ({"environment": {"kind": "tools", "options": {"custom_tools": [{"name": "sh", "function": "os:system"}]}}},
+# The overrides are refused by the allow-list (webapp/run_policy.py; every key: tests/security/); an agent's own
+# custom tools still name code the worker imports, so they stay limited to STUDIO_TOOL_MODULES.
+@pytest.mark.parametrize("overrides, agent_options, problem", [
+    ({"server": {"kind": "vllm", "python": "/bin/sh"}}, {}, "server.python cannot be set here"),
+    ({"server": {"kind": "vllm", "extra_args": ["--help"]}}, {}, "server.extra_args cannot be set here"),
+    ({"scenarios_file": "/etc/hostname"}, {}, "scenarios_file cannot be set here"),
+    ({"environment": {"kind": "tools", "options": {"custom_tools": [{"name": "sh", "function": "os:system"}]}}}, {},
+     "environment.options.custom_tools cannot be set here"),
+    (None, {"custom_tools": [{"name": "sh", "function": "os:system"}]},
      "custom tool 'os' is not in a module the worker allows"),
 ])
-def test_an_editor_cannot_point_a_run_at_the_workers_files_interpreters_or_code(overrides, problem):
+def test_an_editor_cannot_point_a_run_at_the_workers_files_interpreters_or_code(overrides, agent_options, problem):
     project = project_factory()
-    agent, scenario_set = agent_factory(project=project), scenario_set_factory(project=project)
+    agent = agent_factory(project=project, environment_kind="tools" if agent_options else "chat",
+                          environment_options=agent_options)
+    scenario_set = scenario_set_factory(project=project)
     with pytest.raises(ValidationError) as err:
         run_services.run_launch(user=project.owner, project=project, name="r", agent=agent, scenario_set=scenario_set,
                                 steps=1, group_size=2, groups_per_step=1, learning_rate=1e-4, overrides=overrides)

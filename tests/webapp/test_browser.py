@@ -8,7 +8,6 @@ import socket
 import subprocess
 import sys
 import threading
-from pathlib import Path
 
 import pytest
 
@@ -23,7 +22,7 @@ ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--d
         "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
 
 pytestmark = [pytest.mark.django_db(transaction=True),
-              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium (make system-deps)")]
+              pytest.mark.browser]
 
 
 def log_in(page, server: str, username: str) -> None:
@@ -134,7 +133,7 @@ def test_a_user_builds_a_run_in_the_browser_and_watches_it_learn_live(server, ti
         page.select_option("#id_judge_config", label="double (openai/judge)")
         page.fill("#id_steps", "4")
         page.fill("#id_learning_rate", "0.002")
-        page.fill("#id_overrides", '{"device": "cpu"}')
+        page.fill("#id_overrides", '{"grpo": {"epochs_per_step": 1}}')  # a training setting; the CPU is the deployment's
         page.click("#launch")
         expect(page.locator("#run-status")).to_have_text("Running", timeout=60_000)
         page.evaluate("window.__sameDocument = true")  # gone if anything reloads the page

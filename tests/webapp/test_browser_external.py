@@ -2,7 +2,6 @@
 user's code's rollouts updates live as a client submits a group through the API, and equals what a reload shows."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import httpx
 import pytest
@@ -12,7 +11,7 @@ from tests.webapp.test_browser import ARGS, CHROMIUM, SHOTS, log_in, server  # n
 from tests.webapp.test_external_rollouts import external_run, open_step, recorded
 
 pytestmark = [pytest.mark.django_db(transaction=True),
-              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium (make system-deps)")]
+              pytest.mark.browser]
 
 PANEL = "() => Array.from(document.querySelectorAll('#external-state tr')).filter((r) => !r.querySelector('#external-deadline')).map((r) => r.textContent.replace(/\\s+/g, ' ').trim())"
 

@@ -1,11 +1,9 @@
 """The MCP path in a real browser (Debian chromium via Playwright, headless): the owner adds the example mailbox
-server (stdio), tests the connection and sees its tools, drafts tasks that need them with the judge double and
+server (stdio, the deployment's catalogue entry, no administrator needed), tests the connection (run by a worker,
+answered through the page's polling) and sees its tools, drafts tasks that need them with the judge double and
 accepts them; the group page of a run whose trajectories called tools shows the calls as blocks. Screenshots go
 to var/screenshots/."""
 from __future__ import annotations
-
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -18,7 +16,7 @@ from webapp.models import McpServer, Scenario, TrajectoryGroup
 from webapp.services.catalogue import judge_config_create
 
 pytestmark = [pytest.mark.django_db(transaction=True),
-              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium (make system-deps)")]
+              pytest.mark.browser]
 
 DRAFTS = {"scenarios": [
     {"user_message": "When is the quarterly budget review, according to Dana's email?", "reference": None,
@@ -48,14 +46,15 @@ def test_the_owner_adds_the_mailbox_lists_its_tools_generates_tasks_and_reads_to
         page.click("#mcp-server-new")
         page.fill("#id_name", "mailbox")
         page.select_option("#id_transport", "stdio")
-        page.fill("#id_command", sys.executable)
-        page.fill("#id_args", "-m\ntraining.environments.mailbox_server")
+        assert page.locator("#id_command").count() == 0  # no command is typed: the deployment's catalogue has it
+        page.select_option("#id_catalogue_entry", "mailbox")
         page.screenshot(path=str(SHOTS / "mcp-0-form.png"), full_page=True)
         page.click("button[type=submit]")
         expect(page.locator("h1")).to_have_text("MCP server mailbox")
         expect(page.locator("#mcp-no-tools")).to_be_visible()
-        page.click("#mcp-test")
+        page.click("#mcp-test")  # queued for a worker; the page polls until the result is there
         expect(page.locator("#mcp-test-outcome")).to_contain_text("3 tools listed", timeout=60_000)
+        expect(page.locator("#mcp-test-outcome")).to_have_attribute("data-ok", "1")
         names = page.locator("#mcp-tool-table .mcp-tool strong").all_inner_texts()
         assert names == ["search_inbox", "read_email", "answer"]
         page.locator("#mcp-tool-table details").first.click()  # the input schema, unfolded

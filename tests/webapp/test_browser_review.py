@@ -5,7 +5,6 @@ the editor then saves as a new version. Screenshots go to var/screenshots/."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
@@ -16,7 +15,7 @@ from webapp.models import Agent, Role, Run, RunStatus, Scenario, ScenarioSet, Sc
 from webapp.services.catalogue import judge_config_create, rubric_create
 
 pytestmark = [pytest.mark.django_db(transaction=True),
-              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium (make system-deps)")]
+              pytest.mark.browser]
 
 
 def _judge(request: RecordedRequest) -> dict:
@@ -63,7 +62,7 @@ def test_a_reviewer_overrides_a_gated_step_compares_answers_and_tries_a_rubric(s
         editor.select_option("#id_judge_config", label="double (openai/judge)")
         editor.fill("#id_steps", "1")
         editor.fill("#id_learning_rate", "0.002")
-        editor.fill("#id_overrides", '{"device": "cpu"}')
+        editor.fill("#id_overrides", '{"grpo": {"epochs_per_step": 1}}')  # a training setting; the CPU is the deployment's
         editor.check("#id_review_gate")
         editor.click("#launch")
         run = Run.objects.get(name="gated-run")

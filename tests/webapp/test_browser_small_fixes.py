@@ -4,7 +4,6 @@ and Δ on the card; a failed run, a refused launch and a filtered run list read 
 Screenshots go to var/screenshots/."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
@@ -15,7 +14,7 @@ from webapp.live.ingest import run_event_ingest
 from webapp.models import Rescore, RunStatus, Scenario
 
 pytestmark = [pytest.mark.django_db(transaction=True),
-              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium (make system-deps)")]
+              pytest.mark.browser]
 
 
 def test_evaluate_now_says_it_started_and_shows_how_it_ended_without_a_reload(server):  # noqa: F811
@@ -73,7 +72,7 @@ def test_the_pages_explain_errors_and_keep_their_columns_on_the_card(server):  #
         page.screenshot(path=str(SHOTS / "playground-table-fits.png"), full_page=True)
 
         page.goto(f"{server}/runs/{failed.pk}/")
-        expect(page.locator("#run-error")).to_contain_text("The judge's API could not be reached")
+        expect(page.locator("#run-error")).to_contain_text("The judge's server answered with an error of its own")
         expect(page.locator("#run-error-details pre")).to_be_hidden()  # folded until asked for
         page.locator("#run-header").screenshot(path=str(SHOTS / "run-error-for-people.png"))
 

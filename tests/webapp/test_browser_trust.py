@@ -8,7 +8,6 @@ the engine's own `group_advantages`) are fed through the same ingest path the ru
 var/screenshots/."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
@@ -19,7 +18,7 @@ from webapp.models import Role, RunStatus, ScoreOverride, Trajectory
 from webapp.services.review import run_review_rewards
 
 pytestmark = [pytest.mark.django_db(transaction=True),
-              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium (make system-deps)")]
+              pytest.mark.browser]
 
 JUDGE = [0.5, 0.3, 0.747, 0.2]  # answer C (rollout index 2) is the judge's favourite
 

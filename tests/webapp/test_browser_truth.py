@@ -5,7 +5,6 @@ human score on the run page, the side-by-side page and the trajectory page. Scre
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
@@ -15,7 +14,7 @@ from tests.webapp.test_review_truth import _judged_group, _naming_judge
 from webapp.models import Role, RunStatus
 
 pytestmark = [pytest.mark.django_db(transaction=True),
-              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium (make system-deps)")]
+              pytest.mark.browser]
 
 
 def _ranks(page) -> dict[str, str]:

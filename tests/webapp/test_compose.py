@@ -54,3 +54,24 @@ def test_redis_keeps_the_queue_on_a_volume():
     assert "--appendonly yes" in command
     assert any((v if isinstance(v, str) else f"{v['source']}:{v['target']}").startswith("redis:")
                for v in redis["volumes"])
+
+
+@pytest.mark.parametrize("profile", ["cpu", "gpu"])
+def test_every_queue_the_app_sends_to_has_a_worker_in_each_profile(profile):
+    from webapp.execution.dispatch import QUEUES
+
+    # some Compose versions list every profile's services in `config`: the profile's are those it names
+    services = {name: service for name, service in _config(profile)["services"].items()
+                if profile in service.get("profiles", [profile])}
+    consumed: dict[str, list[str]] = {}
+    for name, service in services.items():
+        command = service.get("command") or []
+        words = command.split() if isinstance(command, str) else list(command)
+        if "-Q" in words:
+            for queue in words[words.index("-Q") + 1].split(","):
+                consumed.setdefault(queue, []).append(name)
+    assert sorted(set(QUEUES.values()) - set(consumed)) == [], f"queues without a worker ({profile}): {consumed}"
+    serve = services[consumed["serve"][0]]
+    # the project servers listen where the web and judge containers reach them, by the worker's hostname
+    assert serve["environment"]["STUDIO_ENGINE_HOST"] == "0.0.0.0" and serve.get("hostname")
+    assert serve["environment"]["STUDIO_SERVE_SERVER"] == ("vllm" if profile == "gpu" else "local")

@@ -22,8 +22,8 @@ def test_a_run_with_two_training_processes_trains_under_torchrun_and_reports_onc
     project = project_factory()
     judge = judge_factory(project=project, api_base=judge_double.api_base)
     rubric = rubric_factory(project=project)
-    run = tiny_run(steps=2, project=project, judge_config=judge, rubric_version=rubric.latest_version,
-                   overrides={"trainer": {"distributed": "ddp", "processes": 2}})
+    settings.STUDIO_RUN_WORKER_CONFIG = {"device": "cpu", "trainer": {"distributed": "ddp", "processes": 2}}
+    run = tiny_run(steps=2, project=project, judge_config=judge, rubric_version=rubric.latest_version)
     assert run_execute(run_id=run.id, worker="cpu@test") == RunStatus.COMPLETED, run.error
     run.refresh_from_db()
     kinds = list(run.events.values_list("kind", flat=True))
@@ -41,7 +41,8 @@ def test_a_run_with_two_training_processes_trains_under_torchrun_and_reports_onc
 
 
 def test_a_distributed_run_that_does_not_say_how_many_processes_fails_at_once(settings, scripted_engine):
-    run = run_factory(overrides={"trainer": {"distributed": "ddp"}})
+    settings.STUDIO_RUN_WORKER_CONFIG = {"device": "cpu", "trainer": {"distributed": "ddp"}}
+    run = run_factory()
     assert run_execute(run_id=run.id, worker="cpu@test") == RunStatus.FAILED
     run.refresh_from_db()
     assert "trainer.processes" in run.error

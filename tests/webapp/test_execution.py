@@ -8,7 +8,7 @@ import time
 import pytest
 from asgiref.sync import sync_to_async
 
-from tests.webapp.conftest import SCRIPTED_ENGINE, wait_for
+from tests.webapp.conftest import SCRIPTED_ENGINE, run_story, wait_for
 from tests.webapp.live_socket import LiveSocket, run_socket
 from tests.webapp.factories import agent_factory, project_factory, scenario_set_factory
 from webapp.execution.executors import wait_idle
@@ -155,7 +155,7 @@ def test_a_worker_whose_run_was_marked_crashed_stops_its_engine_and_a_resume_fin
 def test_a_killed_worker_leaves_the_run_crashed_and_resume_continues_from_its_checkpoint(start_celery_worker):
     worker = start_celery_worker(SCRIPTED_ENGINE)
     run = _launch(steps=4, phase_s=0.4)
-    wait_for(lambda: run.checkpoints.exists(), timeout=60, message="a first checkpoint")
+    wait_for(lambda: run.checkpoints.exists(), timeout=60, message="a first checkpoint", explain=lambda: run_story(run))
     os.killpg(worker.pid, signal.SIGKILL)  # the machine dies: worker, pool and engine, without a goodbye
     wait_for(lambda: run_services.runs_reap_stale() or _status(run) == RunStatus.CRASHED, timeout=30,
              interval=0.5, message="the reaper to mark the run crashed")

@@ -27,8 +27,8 @@ TOOLS = [{"type": "function", "function": {
 def test_the_tools_the_server_is_sent_read_back_from_the_database_in_the_same_order():
     sent = stored_order(TOOLS)
     call = ExternalCall.objects.create(run=run_factory(), trajectory_key="t1", model="m",
-                                       request={"messages": [{"role": "user", "content": "hi"}], "tools": sent})
-    back = ExternalCall.objects.get(pk=call.pk).request["tools"]
+                                       messages=[{"role": "user", "content": "hi"}], tools=sent)
+    back = ExternalCall.objects.get(pk=call.pk).tools
     assert json.dumps(back) == json.dumps(sent)
     assert json.dumps(TOOLS) != json.dumps(sent)  # as sent by the client, the database would have reordered them
     assert sent == TOOLS  # the same JSON value
@@ -40,8 +40,9 @@ def test_the_chat_template_renders_the_same_prompt_from_the_record_as_from_what_
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
     sent = stored_order(TOOLS)
     call = ExternalCall.objects.create(run=run_factory(), trajectory_key="t1", model="m",
-                                       request={"messages": [{"role": "user", "content": "hi"}], "tools": sent})
-    back = ExternalCall.objects.get(pk=call.pk).request
+                                       messages=[{"role": "user", "content": "hi"}], tools=sent)
+    stored = ExternalCall.objects.get(pk=call.pk)
+    back = {"messages": stored.messages, "tools": stored.tools}
 
     def prompt(tools):
         return tokenizer.apply_chat_template(back["messages"], tools=tools, tokenize=False, add_generation_prompt=True)

@@ -4,6 +4,7 @@ local inference server on the tiny model), and the runner forwarding submitted g
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -61,14 +62,20 @@ def user_client(user) -> APIClient:
     return client
 
 
-def recorded(run, key: str, text: str, *, model: str, token_ids=(5, 6)) -> ExternalCall:
-    """A call as the endpoint records it (the endpoint itself is tested against a real server below)."""
-    return ExternalCall.objects.create(
-        run=run, trajectory_key=key, model=model,
-        request={"messages": [{"role": "user", "content": "Question 1?"}], "tools": None},
-        choices=[{"message": {"role": "assistant", "content": text}, "token_ids": list(token_ids),
-                  "logprobs": [-0.5] * len(token_ids), "finish_reason": "stop"}],
-        completion_tokens=len(token_ids))
+def recorded(run, key: str, text: str, *, model: str, token_ids=(5, 6), group: int = 0, step: int = 1
+             ) -> ExternalCall:
+    """A call as the endpoint records it (the endpoint itself is tested against a real server below): sampled in
+    its group's context, the run's system prompt and the group's scenario."""
+    from training.external import group_opening
+    from webapp.services.external_calls import external_call_record
+
+    wanted = RunEvent.objects.filter(run=run, kind="rollouts_wanted", payload__step=step).latest("seq").payload
+    scenario = next(g["scenario"] for g in wanted["groups"] if g["group_index"] == group)
+    return external_call_record(
+        run=run, trajectory_key=key, step=step, messages=group_opening(scenario, wanted["system_prompt"]),
+        tools=None, completion={"model": model, "usage": {"completion_tokens": len(token_ids)}, "choices": [
+            {"message": {"role": "assistant", "content": text}, "token_ids": list(token_ids),
+             "logprobs": {"content": [{"logprob": -0.5} for _ in token_ids]}, "finish_reason": "stop"}]})
 
 
 def submit(client: APIClient, run, body: dict, **headers):
@@ -139,8 +146,8 @@ def test_the_state_endpoint_names_the_open_step_its_scenarios_and_what_was_submi
     before = client.get(path).json()
     assert (before["step"], before["model"], before["deadline_s"], before["groups"]) == (None, None, None, [])
     model = open_step(run, timeout_s=300)
-    recorded(run, "t1", "four", model=model)
-    recorded(run, "t2", "five", model=model)
+    recorded(run, "t1", "four", model=model, group=1)
+    recorded(run, "t2", "five", model=model, group=1)
     assert submit(client, run, {"step": 1, "group_index": 1, "trajectories": [{"id": "t1"}, {"id": "t2"}]}
                   ).status_code == 201
     state = client.get(path).json()
@@ -224,7 +231,7 @@ def test_a_step_that_is_not_open_a_group_sent_twice_a_reused_id_and_a_stale_adap
     assert again.status_code == 409 and "submitted already" in again.json()["detail"]
     reused = submit(client, run, {"step": 1, "group_index": 1, "trajectories": [{"id": "a1"}]})
     assert reused.status_code == 409 and "a1" in reused.json()["detail"]
-    recorded(run, "old", "six", model="someone-else@0")
+    recorded(run, "old", "six", model="someone-else@0", group=1)
     stale = submit(client, run, {"step": 1, "group_index": 1, "trajectories": [{"id": "old"}]})
     assert stale.status_code == 409 and "someone-else@0" in stale.json()["detail"]
     assert ExternalGroup.objects.filter(run=run).count() == 1
@@ -235,9 +242,10 @@ def test_a_turn_the_model_never_sampled_is_a_422_unless_the_run_allows_it():
     model = open_step(run)
     client = user_client(run.project.owner)
     recorded(run, "f1", "four", model=model)
-    forged = [{"role": "user", "content": "Question 1?"}, {"role": "assistant", "content": "the perfect answer"}]
+    forged = [{"role": "system", "content": "Answer."}, {"role": "user", "content": "Question 1?"},
+              {"role": "assistant", "content": "the perfect answer"}]
     response = submit(client, run, {"step": 1, "group_index": 0, "trajectories": [{"id": "f1", "messages": forged}]})
-    assert response.status_code == 422 and "message 1" in response.json()["detail"]
+    assert response.status_code == 422 and "message 2" in response.json()["detail"]
 
     lenient = external_run()
     open_step(lenient, allow_unsampled=True)
@@ -270,15 +278,21 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def inference_server(tiny_model_dir):
-    """The project's own local inference server on the tiny model, serving it as `tiny@0`."""
+    """The project's own local inference server on the tiny model, serving it as `tiny@0`, requiring the
+    deployment's token as a worker's engine starts it (so every call through the endpoint must carry it)."""
+    from django.conf import settings
+
     port = _free_port()
+    token = settings.STUDIO_INFERENCE_TOKEN
     proc = subprocess.Popen([sys.executable, "-m", "training.servers.local", "--model", str(tiny_model_dir),
                              "--served-model-name", "tiny@0", "--port", str(port), "--threads", "1"],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "STUDIO_INFERENCE_TOKEN": token})
 
     def up() -> bool:
         try:
-            return httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200
+            return httpx.get(f"http://127.0.0.1:{port}/health", timeout=1,
+                             headers={"Authorization": f"Bearer {token}"}).status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -302,7 +316,8 @@ def test_calls_through_the_endpoint_are_recorded_and_the_group_trains_on_the_sam
     client = openai.OpenAI(base_url=state["openai_base_url"], api_key=key, max_retries=0,
                            default_headers={"X-Client-Id": "laptop-1"})
     assert [m.id for m in client.models.list().data][0] == "tiny@0"
-    question = [{"role": "user", "content": state["groups"][0]["scenario"]["user_message"]}]
+    question = [{"role": "system", "content": state["system_prompt"]},
+                {"role": "user", "content": state["groups"][0]["scenario"]["user_message"]}]
     plain = client.chat.completions.create(model=model, messages=question, max_tokens=6,
                                            extra_headers={"X-Trajectory-Id": "traj-a"})
     assert plain.choices[0].logprobs is None  # not asked for: an ordinary answer, though the call keeps them
@@ -349,10 +364,10 @@ def test_the_endpoint_answers_409_before_the_run_serves_and_passes_the_servers_e
     assert refused.status_code == 409 and "not serving" in refused.json()["detail"]
     open_step(run, model="tiny@0", base_url=inference_server)
     unknown = httpx.post(url, headers=headers, json={**body, "model": "no-such-adapter"})
-    assert unknown.status_code == 404 and "no-such-adapter" in unknown.text  # the server's own answer
+    assert unknown.status_code == 400 and "model" in unknown.json()  # only the run's own adapters are served
     assert httpx.post(url, headers=headers, content=b"{not json").status_code == 400
     hotter = httpx.post(url, headers=headers, json={**body, "temperature": 0.25})  # training assumes the run's
-    assert hotter.status_code == 400 and "temperature 1" in hotter.json()["detail"]
+    assert hotter.status_code == 400 and "temperature 1" in hotter.json()["temperature"][0]
     assert httpx.post(url, headers={**headers, "X-Trajectory-Id": "bad id!"}, json=body).status_code == 400
     with pytest.MonkeyPatch.context() as patch:
         from django.conf import settings
@@ -389,7 +404,7 @@ def test_the_runner_sends_submitted_groups_to_the_engine_and_all_of_them_again_w
     try:
         wait_for(lambda: RunEvent.objects.filter(run=run, kind="rollouts_wanted", payload__step=2).exists(),
                  timeout=60, message="step 2's rollouts_wanted")
-        recorded(run, "s2a", "four", model=f"{name}@1", token_ids=(7, 8, 9))
+        recorded(run, "s2a", "four", model=f"{name}@1", token_ids=(7, 8, 9), step=2)
         response = submit(user_client(run.project.owner), run,
                           {"step": 2, "group_index": 0, "trajectories": [{"id": "s2a"}]})
         assert response.status_code == 201, response.content
@@ -421,7 +436,7 @@ def test_an_agent_can_roll_out_in_your_own_code_with_its_options_checked(client)
     good = client.post(f"/projects/{project.id}/agents/new/", {**form, "environment_options": '{"group_timeout_s": 30}'})
     assert good.status_code == 302
     assert Agent.objects.get(project=project).environment_options == {
-        "group_timeout_s": 30.0, "on_missing": "skip", "allow_unsampled": False}
+        "group_timeout_s": 30.0, "on_missing": "skip", "allow_unsampled": False, "upstream_timeout_s": None}
     # the API goes through the same check
     response = user_client(project.owner).post("/api/agents/", {
         "project": project.id, "name": "api", "base_model": "m", "environment_kind": "external",
@@ -474,7 +489,7 @@ def test_an_agent_in_your_own_code_trains_a_run_on_the_tiny_model_through_the_we
     agent = agent_factory(project=project, base_model=str(tiny_model_dir), environment_kind="external",
                           environment_options={"group_timeout_s": 120, "on_missing": "fail"}, max_tokens=6)
     run = run_factory(project=project, agent=agent, steps=2,
-                      overrides={"device": "cpu", "grpo": {"groups_per_step": 1}})
+                      overrides={"grpo": {"groups_per_step": 1}})
     _, key = project_token_create(user=project.owner, project=project, name="e2e")
     headers = {"Authorization": f"Bearer {key}", "X-Client-Id": "e2e"}
 
@@ -533,7 +548,8 @@ def test_the_endpoint_says_so_when_the_runs_server_does_not_answer():
     run = external_run()
     open_step(run, base_url=f"http://127.0.0.1:{_closed_port()}/v1")
     response = user_client(run.project.owner).post(
-        f"/api/runs/{run.id}/openai/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]},
+        f"/api/runs/{run.id}/openai/v1/chat/completions", {"messages": [
+            {"role": "system", "content": "Answer."}, {"role": "user", "content": "Question 1?"}]},
         format="json", HTTP_X_TRAJECTORY_ID="t1")
     assert response.status_code == 502 and "did not answer" in response.json()["detail"]
     assert not ExternalCall.objects.exists()
@@ -598,4 +614,39 @@ def test_an_earlier_steps_checkpoint_is_served_by_its_name_and_an_unknown_name_i
     for _ in range(2):  # loaded by the first request, served as it is by the second
         answer = httpx.post(url, headers=headers, json={**body, "model": name}, timeout=60)
         assert answer.status_code == 200 and answer.json()["model"] == name, answer.text
-    assert httpx.post(url, headers=headers, json={**body, "model": f"{run.config['name']}@7"}).status_code == 404
+    assert httpx.post(url, headers=headers, json={**body, "model": f"{run.config['name']}@7"}).status_code == 400
+
+
+def test_the_endpoint_sends_the_deployments_token_to_the_runs_own_server_and_never_to_an_external_one():
+    """An `external` server's URL is not the deployment's: the token that opens the workers' servers stays home."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from django.conf import settings
+
+    seen: list[str | None] = []
+
+    class Upstream(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            seen.append(self.headers.get("Authorization"))
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(500)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args) -> None:
+            pass
+
+    upstream = ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    try:
+        for kind in ("local", "external"):
+            run = external_run()
+            run.config = {**run.config, "server": {**run.config.get("server", {}), "kind": kind}}
+            run.save(update_fields=["config"])
+            open_step(run, base_url=f"http://127.0.0.1:{upstream.server_port}/v1")
+            user_client(run.project.owner).post(f"/api/runs/{run.id}/openai/v1/chat/completions",
+                                                {"messages": [{"role": "user", "content": "hi"}]}, format="json")
+    finally:
+        upstream.shutdown()
+        upstream.server_close()
+    assert seen == [f"Bearer {settings.STUDIO_INFERENCE_TOKEN}", None]

@@ -100,7 +100,7 @@ def _launch(web, judge: JudgeDouble, tiny_model_dir, *, steps: int = STEPS, grou
         "project": project.pk, "name": "external tiny", "agent": agent.pk, "scenario_set": scenario_set.pk,
         "rubric_version": rubric.versions.get().pk, "judge_config": judge_config.pk, "steps": steps,
         "group_size": group_size, "groups_per_step": groups, "learning_rate": 2e-3,
-        "overrides": {"device": "cpu", "lora": {"r": 8, "alpha": 16}}})
+        "overrides": {"lora": {"r": 8, "alpha": 16}}})
     assert answer.status_code == 201, answer.text
     return Run.objects.get(pk=answer.json()["id"]), key
 

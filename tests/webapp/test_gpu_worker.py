@@ -15,7 +15,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA: auto must resolve to CPU")
 def test_a_gpu_worker_refuses_a_run_that_would_train_on_its_cpu(settings, scripted_engine):
     settings.STUDIO_GPU_WORKER = True
-    run = run_factory(overrides={"server": {"kind": "vllm"}})  # device: auto
+    settings.STUDIO_RUN_WORKER_CONFIG = {"server": {"kind": "vllm"}}  # device: auto
+    run = run_factory()
     assert run_execute(run_id=run.id, worker="gpu@test") == RunStatus.FAILED
     run.refresh_from_db()
     assert "GPU worker" in run.error and "resolves to cpu" in run.error
@@ -24,11 +25,13 @@ def test_a_gpu_worker_refuses_a_run_that_would_train_on_its_cpu(settings, script
 
 def test_a_gpu_worker_refuses_the_local_server_unless_the_run_asks_for_the_cpu(settings, scripted_engine):
     settings.STUDIO_GPU_WORKER = True
-    run = run_factory(overrides={"device": "cuda"})  # server: local (transformers generate, not vLLM)
+    settings.STUDIO_RUN_WORKER_CONFIG = {"device": "cuda"}  # server: local (transformers generate, not vLLM)
+    run = run_factory()
     assert run_execute(run_id=run.id, worker="gpu@test") == RunStatus.FAILED
     run.refresh_from_db()
     assert "server.kind 'local'" in run.error
-    asks = run_factory(overrides={"device": "cpu"})  # an explicit CPU run: the local server on the CPU is its plan
+    settings.STUDIO_RUN_WORKER_CONFIG = {"device": "cpu"}  # an explicit CPU run: the local server on the CPU is its plan
+    asks = run_factory()
     assert run_execute(run_id=asks.id, worker="gpu@test") == RunStatus.COMPLETED
 
 
@@ -40,7 +43,8 @@ def test_a_worker_not_marked_as_a_gpu_worker_runs_cpu_runs_as_before(settings, s
 
 def test_a_gpu_worker_refuses_the_inprocess_server_too(settings, scripted_engine):
     settings.STUDIO_GPU_WORKER = True
-    run = run_factory(overrides={"device": "cuda", "server": {"kind": "inprocess"}})  # the same CPU sampler
+    settings.STUDIO_RUN_WORKER_CONFIG = {"device": "cuda", "server": {"kind": "inprocess"}}  # the same CPU sampler
+    run = run_factory()
     assert run_execute(run_id=run.id, worker="gpu@test") == RunStatus.FAILED
     run.refresh_from_db()
     assert "server.kind 'inprocess'" in run.error

@@ -66,7 +66,7 @@ def test_with_no_policy_no_key_variable_may_be_named_but_a_stored_key_still_work
 def test_a_run_override_cannot_redirect_the_judge_key(policy):
     project = project_factory()
     judge = _judge(project, api_key_env="OPENAI_API_KEY", api_base=OPENAI)
-    with pytest.raises(ValidationError, match="judge cannot be overridden"):
+    with pytest.raises(ValidationError, match="judge.api_base cannot be set here"):
         run_launch(user=project.owner, project=project, name="r", agent=agent_factory(project=project),
                    scenario_set=scenario_set_factory(project=project), judge_config=judge, steps=1, group_size=2,
                    groups_per_step=1, learning_rate=1e-3, overrides={"judge": {"api_base": EVIL}})

@@ -126,7 +126,8 @@ def test_a_celery_launch_leaves_the_key_to_the_worker_which_fails_the_run_at_onc
 
 def test_the_worker_checks_the_model_before_starting_the_engine(settings, tmp_path):
     settings.STUDIO_MODEL_CHECK = "worker"
-    run = run_factory(agent=None, overrides={"base_model": str(tmp_path / "deleted-model")})
+    project = project_factory()  # the agent's model went away after the launch (the base model is the agent's)
+    run = run_factory(project=project, agent=agent_factory(project=project, base_model=str(tmp_path / "deleted-model")))
     assert run_execute(run_id=run.id, worker="test-worker") == RunStatus.FAILED
     run.refresh_from_db()
     assert run.error.startswith(f"base model {tmp_path / 'deleted-model'}: no such directory")

@@ -125,11 +125,18 @@ async def test_a_late_client_replays_only_what_it_missed_then_streams():
     await client.disconnect()
 
 
-async def test_a_non_member_is_refused_at_the_websocket_handshake():
+async def _refused_with(socket) -> int | None:
+    """The close code of a refused socket: the handshake is accepted, then closed at once with the reason."""
+    connected, _ = await socket.connect()
+    assert connected
+    message = await socket.receive_output(timeout=5)
+    return message.get("code") if message["type"] == "websocket.close" else None
+
+
+async def test_a_non_member_is_refused_with_the_404_close_code_a_browser_can_read():
     run = await sync_to_async(run_factory)(status=RunStatus.RUNNING)
     stranger = await sync_to_async(user_factory)()
-    connected, code = await _connect(stranger, run).connect()
-    assert not connected and code == 4404
+    assert await _refused_with(_connect(stranger, run)) == 4404
 
 
 async def test_a_server_stopping_ends_every_socket_even_one_mid_send():
@@ -142,7 +149,7 @@ async def test_a_server_stopping_ends_every_socket_even_one_mid_send():
     run = await sync_to_async(run_factory)(status=RunStatus.RUNNING)
     stranger = await sync_to_async(user_factory)()
     for _ in range(100):
-        assert await _connect(stranger, run).connect() == (False, 4404)  # its consumer reads the layer until cancelled
+        assert await _refused_with(_connect(stranger, run)) == 4404  # its consumer reads the layer until cancelled
         tasks = asyncio.all_tasks() - {asyncio.current_task()}
         for task in tasks:
             task.cancel()
@@ -156,8 +163,7 @@ async def test_an_anonymous_client_is_refused_and_a_viewer_is_let_in():
     from django.contrib.auth.models import AnonymousUser
 
     run = await sync_to_async(run_factory)(status=RunStatus.RUNNING)
-    connected, code = await _connect(AnonymousUser(), run).connect()
-    assert not connected and code == 4401
+    assert await _refused_with(_connect(AnonymousUser(), run)) == 4401
     viewer = await sync_to_async(member_factory)(project=await sync_to_async(lambda: run.project)())
     client = _connect(viewer, run)
     assert (await client.connect())[0]

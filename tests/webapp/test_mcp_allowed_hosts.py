@@ -14,12 +14,12 @@ from django.core.exceptions import ValidationError
 
 from tests.webapp.conftest import ROOT
 from tests.webapp.factories import mcp_server_factory, project_factory
+from tests.webapp.mcp_web_helpers import connection_test
 from webapp.mcp_hosts import McpHostNotAllowed, check_url_allowed, parse_host_rules
 from webapp.models import McpServer
 from webapp.services import mcp_servers as svc
 
 pytestmark = pytest.mark.django_db
-HTMX = {"HTTP_HX_REQUEST": "true"}
 FORM = {"transport": "http", "per_call_timeout_s": 5, "max_result_chars": 4000, "max_concurrent_calls": 2}
 
 
@@ -151,13 +151,12 @@ def test_test_connection_to_an_address_no_longer_allowed_is_refused_by_name_and_
     server = mcp_server_factory(project=project, url=f"http://127.0.0.1:{listener.port}/mcp",
                                 per_call_timeout_s=3)
     settings.STUDIO_MCP_ALLOWED_HOSTS = []  # e.g. the administrator narrowed the list after it was saved
-    result = svc.mcp_server_test(user=project.owner, server=server)
-    assert not result.ok and result.error.startswith("McpHostNotAllowed: ")
     client.force_login(project.owner)
-    page = client.post(f"/mcp-servers/{server.pk}/test/", **HTMX).content.decode()
-    assert 'data-ok="0"' in page and "may not connect to this MCP server" in page
+    page = connection_test(client, server)
+    assert 'data-ok="0"' in page and "may not connect to this MCP server" in page and "McpHostNotAllowed: " in page
     assert listener.connections == 0
 
     settings.STUDIO_MCP_ALLOWED_HOSTS = ["127.0.0.1"]  # the control: allowed, the same test does connect
-    assert not svc.mcp_server_test(user=project.owner, server=server).ok  # not an MCP server
+    page = connection_test(client, server)
+    assert 'data-ok="0"' in page and "McpHostNotAllowed" not in page  # reached: not an MCP server
     assert listener.connections >= 1

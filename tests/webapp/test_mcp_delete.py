@@ -1,5 +1,5 @@
-"""Deleting an MCP server: by the people who may change it (a stdio server: the owner or a site admin), after a
-confirmation page, from the page or the API; refused, naming them, while agents use it; runs already launched
+"""Deleting an MCP server: by the people who may change it (editors; a stdio server is a reference to the
+deployment's catalogue, so the same people), after a confirmation page, from the page or the API; refused, naming them, while agents use it; runs already launched
 keep the spec they froze and still show."""
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from rest_framework.test import APIClient
 
 from tests.training.mcp_helpers import MAILBOX
-from tests.webapp.factories import mcp_server_factory, member_factory, project_factory, scenario_set_factory, \
-    user_factory
+from tests.webapp.factories import mcp_server_factory, member_factory, project_factory, scenario_set_factory
 from webapp.models import McpServer, Role
 from webapp.services import mcp_servers as svc
 from webapp.services.catalogue import agent_create, agent_update
@@ -22,7 +21,7 @@ pytestmark = pytest.mark.django_db
 
 def _stdio(project) -> McpServer:
     return svc.mcp_server_create(user=project.owner, project=project, name="mailbox", transport="stdio",
-                                 command=sys.executable, args=list(MAILBOX))
+                                 catalogue_entry="mailbox")
 
 
 def _agent(project, server, name="mail agent"):
@@ -47,7 +46,7 @@ def test_the_owner_deletes_a_stdio_server_after_a_confirmation_page(client):
     assert client.get(f"/mcp-servers/{server.pk}/").status_code == 404
 
 
-def test_an_editor_deletes_an_http_server_but_not_a_stdio_one_and_a_viewer_or_outsider_deletes_nothing(client):
+def test_an_editor_deletes_a_server_and_a_viewer_or_outsider_deletes_nothing(client):
     project = project_factory()
     stdio = _stdio(project)
     http = mcp_server_factory(project=project)
@@ -55,25 +54,20 @@ def test_an_editor_deletes_an_http_server_but_not_a_stdio_one_and_a_viewer_or_ou
     viewer = member_factory(project=project, role=Role.VIEWER)
     outsider = project_factory().owner
     with pytest.raises(PermissionDenied):
-        svc.mcp_server_delete(user=editor, server=stdio)
-    with pytest.raises(PermissionDenied):
         svc.mcp_server_delete(user=viewer, server=http)
-    client.force_login(editor)
-    assert client.post(f"/mcp-servers/{stdio.pk}/delete/").status_code == 403
-    assert 'id="mcp-delete"' not in client.get(f"/mcp-servers/{stdio.pk}/").content.decode()
     client.force_login(viewer)
     assert client.get(f"/mcp-servers/{http.pk}/delete/").status_code == 403
     assert client.post(f"/mcp-servers/{http.pk}/delete/").status_code == 403
     assert 'id="mcp-delete"' not in client.get(f"/mcp-servers/{http.pk}/").content.decode()
     client.force_login(outsider)
     assert client.post(f"/mcp-servers/{http.pk}/delete/").status_code == 404
+    assert client.post(f"/mcp-servers/{stdio.pk}/delete/").status_code == 404
     assert McpServer.objects.filter(pk__in=[stdio.pk, http.pk]).count() == 2
 
     client.force_login(editor)
+    assert 'id="mcp-delete"' in client.get(f"/mcp-servers/{stdio.pk}/").content.decode()
     assert client.post(f"/mcp-servers/{http.pk}/delete/").status_code == 302
-    admin = user_factory(is_superuser=True)
-    member_factory(project=project, role=Role.EDITOR, user=admin)
-    svc.mcp_server_delete(user=admin, server=stdio)
+    assert client.post(f"/mcp-servers/{stdio.pk}/delete/").status_code == 302
     assert not McpServer.objects.filter(project=project).exists()
 
 
@@ -103,7 +97,7 @@ def test_a_server_an_agent_uses_is_not_deleted_and_the_agents_are_named(client):
 
 def _stdio_other(project) -> McpServer:
     return svc.mcp_server_create(user=project.owner, project=project, name="other", transport="stdio",
-                                 command=sys.executable, args=[*MAILBOX, "--seed", "3"])
+                                 catalogue_entry="mailbox")
 
 
 def other_server(agent) -> McpServer:
@@ -122,13 +116,15 @@ def test_a_run_launched_on_a_deleted_server_keeps_its_frozen_spec_and_its_pages_
     svc.mcp_server_delete(user=project.owner, server=server)
     run.refresh_from_db()
     assert run.config["environment"]["options"]["server"] == spec == {
-        "transport": "stdio", "command": sys.executable, "args": list(MAILBOX), "env": {}}
+        "transport": "stdio", "command": sys.executable, "args": [*MAILBOX, "--transport", "stdio"], "env": {}}
     client.force_login(project.owner)
     for url in (f"/runs/{run.pk}/", f"/projects/{project.pk}/", f"/agents/{agent.pk}/"):
         assert client.get(url).status_code == 200, url
     api = APIClient()
     api.force_authenticate(project.owner)
-    assert api.get(f"/api/runs/{run.pk}/").json()["config"]["environment"]["options"]["server"] == spec
+    # people see that it is a stdio server, not the deployment's program, arguments or environment
+    assert api.get(f"/api/runs/{run.pk}/").json()["config"]["environment"]["options"]["server"] == {
+        "transport": "stdio"}
 
 
 def test_the_api_deletes_a_server_with_the_same_rules():
@@ -145,11 +141,9 @@ def test_the_api_deletes_a_server_with_the_same_rules():
     api.force_authenticate(viewer)
     assert api.delete(f"/api/mcp-servers/{http.pk}/").status_code == 403
     api.force_authenticate(editor)
-    assert api.delete(f"/api/mcp-servers/{stdio.pk}/").status_code == 403
     response = api.delete(f"/api/mcp-servers/{used.pk}/")
     assert response.status_code == 400 and "used by agent 'mail agent'" in response.content.decode()
     assert McpServer.objects.filter(project=project).count() == 3
     assert api.delete(f"/api/mcp-servers/{http.pk}/").status_code == 204
-    api.force_authenticate(project.owner)
     assert api.delete(f"/api/mcp-servers/{stdio.pk}/").status_code == 204
     assert list(McpServer.objects.filter(project=project)) == [used]

@@ -6,13 +6,13 @@ run."""
 from __future__ import annotations
 
 import json
-import sys
 import uuid
 from pathlib import Path
 
 import pytest
 
 from tests.training.mcp_helpers import MAILBOX, quick_mailbox_model
+from tests.webapp.mcp_web_helpers import set_catalogue
 from tests.webapp.factories import project_factory
 from training.environments.mailbox_server.mailbox import Mailbox, generate, scenario_records
 from webapp.execution.executors import wait_idle
@@ -51,12 +51,13 @@ def _json_object(text: str) -> bool:
         return False
 
 
-def _launch(project, model_dir: Path, marker: str) -> Run:
+def _launch(project, model_dir: Path, marker: str, settings) -> Run:
     from training.tiny_mailbox_model import MAILBOX_SYSTEM_PROMPT
 
+    # the deployment's catalogue: the shipped mailbox with a variable the test finds its processes by
+    set_catalogue(settings, mailbox={"args": [*MAILBOX, "--transport", "stdio"], "env": {"RS_MCP_RUN_MARK": marker}})
     server = svc.mcp_server_create(user=project.owner, project=project, name="mailbox", transport="stdio",
-                                   command=sys.executable, args=list(MAILBOX), env={"RS_MCP_RUN_MARK": marker},
-                                   per_call_timeout_s=20)
+                                   catalogue_entry="mailbox", per_call_timeout_s=20)
     agent = agent_create(user=project.owner, project=project, name="mail agent", base_model=str(model_dir),
                          system_prompt=MAILBOX_SYSTEM_PROMPT, environment_kind="mcp", environment_options={},
                          mcp_server=server, mcp_max_turns=3, mcp_answer_tool="answer", mcp_reward="reference",
@@ -68,14 +69,14 @@ def _launch(project, model_dir: Path, marker: str) -> Run:
                                           metadata=r["metadata"]) for r in records)
     return run_launch(user=project.owner, project=project, name="mailbox run", agent=agent, scenario_set=scenario_set,
                       steps=1, group_size=3, groups_per_step=2, learning_rate=2e-3,
-                      overrides={"device": "cpu", "lora": {"r": 8, "alpha": 16}})
+                      overrides={"lora": {"r": 8, "alpha": 16}})
 
 
 def test_a_mailbox_run_from_the_web_app_calls_the_real_server_records_the_reference_reward_and_leaks_no_process(
-        inprocess_executor, mailbox_model_dir, client):
+        inprocess_executor, mailbox_model_dir, client, settings):
     marker = f"rs-mcp-run-{uuid.uuid4().hex}"
     project = project_factory()
-    run = _launch(project, mailbox_model_dir, marker)
+    run = _launch(project, mailbox_model_dir, marker, settings)
     assert run.config["environment"]["kind"] == "mcp"
     assert run.config["environment"]["options"]["server"]["env"] == {"RS_MCP_RUN_MARK": marker}
     wait_idle(timeout=300)

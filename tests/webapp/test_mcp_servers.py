@@ -1,17 +1,19 @@
-"""MCP servers in a project: added from the browser (stdio by the owner only, HTTP header values encrypted and
-never shown back), their tools listed live against the real mailbox server over stdio and HTTP, failures in
-people's words, and an agent's runs freezing the server spec with the header values kept out of the config."""
+"""MCP servers in a project: added from the browser (stdio from the deployment's catalogue only, HTTP header values
+encrypted and never shown back), their tools listed by a worker against the real mailbox server over stdio and
+HTTP, failures in people's words, and an agent's runs freezing the server spec with the header values kept out of
+the config."""
 from __future__ import annotations
 
 import json
 import sys
 
 import pytest
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 
 from tests.training.mcp_helpers import MAILBOX, free_port, start_http_mailbox
+from tests.webapp.mcp_web_helpers import connection_test, set_catalogue
 from tests.webapp.factories import (
-    agent_factory, mcp_server_factory, member_factory, project_factory, scenario_set_factory, user_factory,
+    agent_factory, mcp_server_factory, member_factory, project_factory, scenario_set_factory,
 )
 from webapp.execution.runner import engine_env
 from webapp.models import Agent, McpServer, Role
@@ -19,13 +21,12 @@ from webapp.services import mcp_servers as svc
 from webapp.services.runs import run_launch
 
 pytestmark = pytest.mark.django_db
-HTMX = {"HTTP_HX_REQUEST": "true"}
 MAILBOX_TOOLS = ("search_inbox", "read_email", "answer")
 
 
 def stdio_mailbox(project, **fields) -> McpServer:
     return svc.mcp_server_create(user=project.owner, project=project, name=fields.pop("name", "mailbox"),
-                                 transport="stdio", command=sys.executable, args=list(MAILBOX), **fields)
+                                 transport="stdio", catalogue_entry="mailbox", **fields)
 
 
 def test_an_editor_adds_an_http_server_whose_header_values_are_encrypted_and_never_shown(client):
@@ -47,10 +48,10 @@ def test_an_editor_adds_an_http_server_whose_header_values_are_encrypted_and_nev
 
     # A blank header field keeps the stored values; a new value replaces that header only.
     client.post(f"/mcp-servers/{server.pk}/edit/", {
-        "name": "search", "transport": "http", "url": "http://127.0.0.1:8766/mcp", "headers": "X-Team: red",
+        "name": "search", "transport": "http", "url": "http://127.0.0.1:8765/mcp/v2", "headers": "X-Team: red",
         "per_call_timeout_s": 12, "max_result_chars": 3000, "max_concurrent_calls": 2})
     server.refresh_from_db()
-    assert server.url == "http://127.0.0.1:8766/mcp"
+    assert server.url == "http://127.0.0.1:8765/mcp/v2"  # another path, the same origin: the headers stay
     assert svc.mcp_server_secrets(server=server) == {"STUDIO_MCP_HEADER_0": "Bearer s3cret-token",
                                                      "STUDIO_MCP_HEADER_1": "red"}
 
@@ -70,36 +71,41 @@ def test_a_bad_url_or_header_line_is_refused_beside_its_field(client):
     assert not McpServer.objects.exists()
 
 
-def test_only_the_owner_or_a_site_admin_may_add_or_change_a_stdio_server(client):
+def test_an_editor_chooses_a_stdio_server_from_the_catalogue_and_cannot_type_a_command(client, settings):
+    set_catalogue(settings, seeded={"args": [*MAILBOX, "--seed", "2"], "description": "Another inbox"})
     project = project_factory()
     editor = member_factory(project=project, role=Role.EDITOR)
-    with pytest.raises(PermissionDenied):
-        svc.mcp_server_create(user=editor, project=project, name="x", transport="stdio", command="python")
-    http = mcp_server_factory(project=project)
-    with pytest.raises(PermissionDenied):  # nor turn an HTTP server into a command the workers run
-        svc.mcp_server_update(user=editor, server=http, transport="stdio", command="python")
     client.force_login(editor)
     form = client.get(f"/projects/{project.pk}/mcp-servers/new/").content.decode()
-    assert 'value="stdio"' not in form and 'name="command"' not in form
+    assert 'value="mailbox"' in form and "seeded: Another inbox" in form and 'name="command"' not in form
+    assert sys.executable not in form  # the catalogue's commands are the deployment's: not shown
     response = client.post(f"/projects/{project.pk}/mcp-servers/new/", {
-        "name": "x", "transport": "stdio", "command": "python", "per_call_timeout_s": 30, "max_result_chars": 4000,
-        "max_concurrent_calls": 8})
+        "name": "mail", "transport": "stdio", "catalogue_entry": "seeded", "per_call_timeout_s": 30,
+        "max_result_chars": 4000, "max_concurrent_calls": 8})
+    server = McpServer.objects.get(project=project, name="mail")
+    assert response.status_code == 302 and server.catalogue_entry == "seeded"
+    assert svc.mcp_server_spec(server=server) == {"transport": "stdio", "command": sys.executable,
+                                                  "args": [*MAILBOX, "--seed", "2"], "env": {}}
+    response = client.post(f"/projects/{project.pk}/mcp-servers/new/", {
+        "name": "x", "transport": "stdio", "catalogue_entry": "nope", "per_call_timeout_s": 30,
+        "max_result_chars": 4000, "max_concurrent_calls": 8})
     assert response.status_code == 400 and not McpServer.objects.filter(name="x").exists()
-    stdio = stdio_mailbox(project)
-    assert client.get(f"/mcp-servers/{stdio.pk}/edit/").status_code == 403
-    assert client.get(f"/mcp-servers/{stdio.pk}/").status_code == 200  # members may read it
-    admin = user_factory(is_superuser=True)
-    member_factory(project=project, role=Role.EDITOR, user=admin)
-    svc.mcp_server_update(user=admin, server=stdio, args=[*MAILBOX, "--seed", "2"])
-    assert McpServer.objects.get(pk=stdio.pk).args[-1] == "2"
+    with pytest.raises(ValidationError, match="command cannot be set by a project member"):
+        svc.mcp_server_update(user=project.owner, server=server, command="sh")
+    # A server whose entry the deployment removed says so, on its page and at its agents' launch.
+    set_catalogue(settings)
+    settings.STUDIO_MCP_STDIO_SERVERS.pop("seeded", None)
+    assert "no longer in the catalogue" in client.get(f"/mcp-servers/{server.pk}/").content.decode()
+    with pytest.raises(ValidationError, match="names seeded stdio server"):
+        svc.mcp_server_spec(server=server)
 
 
 def test_test_connection_lists_the_mailbox_tools_over_stdio_and_keeps_them(client):
     project = project_factory()
     server = stdio_mailbox(project)
     client.force_login(project.owner)
-    page = client.post(f"/mcp-servers/{server.pk}/test/", **HTMX).content.decode()
-    assert 'data-ok="1"' in page and "3 tools listed" in page
+    page = connection_test(client, server)
+    assert 'data-ok="1"' in page and "3 tools listed" in page and "hx-get" not in page
     assert all(name in page for name in MAILBOX_TOOLS) and "keywords" in page  # the input schema
     server.refresh_from_db()
     assert [t["function"]["name"] for t in server.tools] == list(MAILBOX_TOOLS)
@@ -107,31 +113,36 @@ def test_test_connection_lists_the_mailbox_tools_over_stdio_and_keeps_them(clien
     assert "search_inbox" in detail and "No tools listed yet" not in detail
 
 
-def test_test_connection_over_streamable_http_sends_the_stored_headers():
+def test_test_connection_over_streamable_http_sends_the_stored_headers(client):
     project = project_factory()
     port = free_port()
     process = start_http_mailbox(port)
     try:
         server = svc.mcp_server_create(user=project.owner, project=project, name="mail", transport="http",
                                        url=f"http://127.0.0.1:{port}/mcp", headers={"X-Token": "abc"})
-        result = svc.mcp_server_test(user=project.owner, server=server)
+        client.force_login(project.owner)
+        page = connection_test(client, server)
     finally:
         process.kill()
         process.wait()
-    assert result.ok, result.error
-    assert [t["function"]["name"] for t in result.tools] == list(MAILBOX_TOOLS)
+    assert 'data-ok="1"' in page, page
+    server.refresh_from_db()
+    assert [t["function"]["name"] for t in server.tools] == list(MAILBOX_TOOLS)
 
 
-def test_a_server_that_does_not_start_is_named_in_peoples_words(client):
+def test_a_server_that_does_not_start_is_named_in_peoples_words(client, settings):
+    set_catalogue(settings, gone={"command": "/nonexistent/mcp-server"})
     project = project_factory()
     missing = svc.mcp_server_create(user=project.owner, project=project, name="gone", transport="stdio",
-                                    command="/nonexistent/mcp-server")
+                                    catalogue_entry="gone")
     closed = mcp_server_factory(project=project, url=f"http://127.0.0.1:{free_port()}/mcp")
     client.force_login(project.owner)
-    for server in (missing, closed):
-        page = client.post(f"/mcp-servers/{server.pk}/test/", **HTMX).content.decode()
-        assert 'data-ok="0"' in page and "did not start, or could not be reached" in page
-        assert "Technical details" in page and "McpServerDidNotStart" in page
+    page = connection_test(client, missing)
+    assert 'data-ok="0"' in page and "exited before it answered" in page and "code 127" in page
+    assert "Technical details" in page and "McpServerExited" in page and "/nonexistent/mcp-server" in page
+    page = connection_test(client, closed)
+    assert 'data-ok="0"' in page and "could not be reached or did not start" in page
+    assert "McpServerDidNotStart" in page
 
 
 def test_a_tool_description_from_the_server_is_escaped_on_the_page(client):
@@ -262,26 +273,27 @@ def test_the_agent_form_shows_the_mcp_choices_and_a_fork_keeps_its_parents_serve
 
 
 @pytest.mark.parametrize("mode, says", [
-    ("silent", "did not start, or could not be reached, within its time"),
+    ("silent", "timed out: it started or was reached, but did not list its tools in time"),
     ("bad_schema", "lists a tool a model cannot be given"),
-    ("exit", "did not start, or could not be reached, within its time"),
+    ("exit", "exited before it answered"),
 ])
-def test_a_hanging_an_exiting_or_a_bad_schema_server_is_named_in_peoples_words(client, mode, says):
+def test_a_hanging_an_exiting_or_a_bad_schema_server_is_named_in_peoples_words(client, settings, mode, says):
     from tests.training.mcp_helpers import FAULT_SERVER
 
+    set_catalogue(settings, **{mode: {"args": [FAULT_SERVER, mode]}})
     project = project_factory()
     server = svc.mcp_server_create(user=project.owner, project=project, name=mode, transport="stdio",
-                                   command=sys.executable, args=[FAULT_SERVER, mode], per_call_timeout_s=2)
+                                   catalogue_entry=mode, per_call_timeout_s=2 if mode == "silent" else 20)
     client.force_login(project.owner)
-    page = client.post(f"/mcp-servers/{server.pk}/test/", **HTMX).content.decode()
+    page = connection_test(client, server)
     assert 'data-ok="0"' in page and says in page
-    if mode == "exit":  # the server's own stderr, in the folded details
-        assert "refusing to start" in page
+    if mode == "exit":  # its exit code and last stderr line, in the details
+        assert "exited with code 3" in page and "its last stderr line: fault server: refusing to start" in page
     server.refresh_from_db()
     assert server.tools == []
 
 
-def test_the_api_adds_a_server_never_returns_its_header_values_and_keeps_stdio_for_the_owner():
+def test_the_api_adds_a_server_never_returns_its_header_values_and_takes_stdio_from_the_catalogue_only():
     from rest_framework.test import APIClient
 
     project = project_factory()
@@ -295,6 +307,12 @@ def test_the_api_adds_a_server_never_returns_its_header_values_and_keeps_stdio_f
     body = api.get(f"/api/mcp-servers/{response.json()['id']}/").json()
     assert body["header_names"] == ["Authorization"] and "s3cret" not in json.dumps(body) and "headers" not in body
     stdio = {"project": project.pk, "name": "cmd", "transport": "stdio", "command": "python", "args": ["-V"]}
-    assert api.post("/api/mcp-servers/", stdio, format="json").status_code == 403
-    api.force_authenticate(project.owner)
-    assert api.post("/api/mcp-servers/", stdio, format="json").status_code == 201
+    for who in (editor, project.owner):
+        api.force_authenticate(who)
+        response = api.post("/api/mcp-servers/", stdio, format="json")
+        assert response.status_code == 400 and "cannot be set by a project member" in response.json()["command"][0]
+    response = api.post("/api/mcp-servers/", {"project": project.pk, "name": "mail", "transport": "stdio",
+                                              "catalogue_entry": "mailbox"}, format="json")
+    assert response.status_code == 201 and response.json()["catalogue_entry"] == "mailbox"
+    assert api.get("/api/mcp-catalogue/").json()[0]["name"] == "mailbox"
+    assert sys.executable not in api.get("/api/mcp-catalogue/").content.decode()

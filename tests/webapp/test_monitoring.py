@@ -106,7 +106,8 @@ def test_evaluate_now_runs_the_engines_evaluation_of_a_checkpoint_and_records_it
     from training.loop import run as train_run
 
     project = project_factory()
-    config = small_config(tiny_model_dir, tmp_path / "run", steps=1, evaluation={"samples": 2}, device="cpu")
+    config = small_config(tiny_model_dir, tmp_path / "run", steps=1, evaluation={"samples": 2}, device="cpu",
+                          server={"kind": "local"})  # the local server's refusal is what the page must show
     run = run_factory(project=project)  # a row only: nothing executes
     Run.objects.filter(pk=run.pk).update(config=config.model_dump(mode="json"), status=RunStatus.COMPLETED)
     events = []
@@ -135,7 +136,8 @@ def test_a_failed_evaluation_shows_its_reason_not_the_output_before_it(client, i
     from tests.training.configs import small_config
 
     project = project_factory()
-    config = small_config(tiny_model_dir, tmp_path / "run", steps=1, evaluation={"samples": 2}, device="cpu")
+    config = small_config(tiny_model_dir, tmp_path / "run", steps=1, evaluation={"samples": 2}, device="cpu",
+                          server={"kind": "local"})  # the local server's refusal is what the page must show
     run = run_factory(project=project)  # a row only: nothing executes
     Run.objects.filter(pk=run.pk).update(config=config.model_dump(mode="json"), status=RunStatus.COMPLETED)
     broken = tmp_path / "run" / "checkpoints" / "step_0001"  # an adapter whose weights are not safetensors

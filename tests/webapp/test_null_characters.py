@@ -11,7 +11,7 @@ from tests.webapp.factories import run_factory
 from tests.webapp.test_external_rollouts import external_run, open_step, submit, user_client
 from webapp.live.ingest import run_event_ingest
 from webapp.models import ExternalGroup, RunEvent, RunStatus, Trajectory
-from webapp.services.external import external_call_record
+from webapp.services.external_calls import external_call_record
 
 pytestmark = pytest.mark.django_db
 NUL, KEPT = "\x00", "\ufffd"
@@ -54,8 +54,8 @@ def test_a_scored_group_whose_model_judge_and_tools_wrote_nul_is_stored_whole_an
 def test_an_external_agents_turn_with_nul_is_recorded_and_its_group_trains_on_the_sampled_ids():
     run = external_run()
     model = open_step(run)
-    question = [{"role": "user", "content": "Question 1?"}]
-    external_call_record(run=run, trajectory_key="t1", request={"model": model, "messages": question}, completion={
+    question = [{"role": "system", "content": "Answer."}, {"role": "user", "content": "Question 1?"}]
+    external_call_record(run=run, trajectory_key="t1", step=1, messages=question, tools=None, completion={
         "model": model, "usage": {"completion_tokens": 3},
         "choices": [{"message": {"role": "assistant", "content": f"ok{NUL}!"}, "token_ids": [7, 0, 9],
                      "logprobs": {"content": [{"token": t, "logprob": -0.5} for t in ("ok", NUL, "!")]},
@@ -131,18 +131,19 @@ def test_a_persons_json_with_nul_is_refused_by_the_api_and_the_forms_and_nothing
     assert response.status_code == 201, response.content
 
 
-def test_tools_a_server_lists_with_nul_are_kept_with_the_replacement_character():
-    import sys
-
+def test_tools_a_server_lists_with_nul_are_kept_with_the_replacement_character(settings):
     from tests.training.mcp_helpers import FAULT_SERVER
     from tests.webapp.factories import project_factory
+    from tests.webapp.mcp_web_helpers import set_catalogue
+    from webapp.execution.mcp_testing import mcp_server_test_execute
     from webapp.services import mcp_servers as svc
 
+    set_catalogue(settings, faults={"args": [FAULT_SERVER, "nul"]})
     project = project_factory()
     server = svc.mcp_server_create(user=project.owner, project=project, name="faults", transport="stdio",
-                                   command=sys.executable, args=[FAULT_SERVER, "nul"])
-    result = svc.mcp_server_test(user=project.owner, server=server)
-    assert result.ok, result.error
+                                   catalogue_entry="faults")
+    svc.mcp_server_test_request(user=project.owner, server=server)
+    assert mcp_server_test_execute(server_id=server.pk) == "ok", type(server).objects.get(pk=server.pk).test_error
     server.refresh_from_db()
     echo = next(t["function"] for t in server.tools if t["function"]["name"] == "echo")
     assert echo["description"] == f"Echo{KEPT} the text."

@@ -28,7 +28,7 @@ def _launch(tiny_model_dir, *, project, gate: bool, name: str) -> Run:
                                  system_prompt="Play 2048.", environment_kind="fixed_answers", max_tokens=8)
     return run_launch(user=project.owner, project=project, name=name, agent=agent,
                       scenario_set=scenario_set_factory(project=project, scenarios=2), steps=1, group_size=4,
-                      groups_per_step=2, learning_rate=0.05, overrides={"device": "cpu", "lora": lora},
+                      groups_per_step=2, learning_rate=0.05, overrides={"lora": lora},
                       review_gate=gate)
 
 

@@ -184,7 +184,8 @@ def test_the_playground_names_the_version_that_scored_the_stored_groups(client, 
 
 def test_the_review_page_counts_every_human_score_as_the_queue_does(client):
     run = run_factory(status=RunStatus.COMPLETED)
-    trajectories = _group(run, step=1, scores=[0.5, 0.5, 0.49, 0.1])  # a near-tie: in the queue
+    trajectories = _group(run, step=1, scores=[0.5, 0.5, 0.49, 0.1],  # passes disagree: in the queue
+                          judge_meta={"disagreement": 0.2, "passes": 2})
     trajectory_override(user=run.project.owner, trajectory=trajectories[0], score=0.9, reason="better")
     html = _login(client, run.project.owner).get(f"/runs/{run.id}/review/").content.decode()
     assert "1 / 4" in html.split('id="review-queue"')[1]
@@ -367,13 +368,16 @@ def test_the_overlay_shows_each_picked_runs_curves_and_only_series_a_run_can_hav
 
 def test_the_review_queue_ranks_groups_by_the_value_of_a_look_and_says_why(client):
     run = run_factory(status=RunStatus.AWAITING_REVIEW, review_gate=True)
-    # Step 1 trained already; step 2 waits for review. Same signal (a near-tie) in both: the open step ranks first.
-    _group(run, step=1, index=0, scores=[0.50, 0.49, 0.1])
+    # Step 1 trained already; step 2 waits for review. Same signal (judge passes disagree) in both: the open step
+    # ranks first.
+    spread = {"disagreement": 0.15, "passes": 2}
+    _group(run, step=1, index=0, scores=[0.50, 0.2, 0.1], judge_meta=spread)
     run_review_rewards(run_id=run.id, step=1)
-    _group(run, step=2, index=0, scores=[0.50, 0.49, 0.1])
+    _group(run, step=2, index=0, scores=[0.50, 0.2, 0.1], judge_meta=spread)
     contradicted = _group(run, step=2, index=1, scores=[0.9, 0.5, 0.1],
                           explanations=["", "", "Correct: cites the refund window."])
     _group(run, step=2, index=2, scores=[0.9, 0.5, 0.1])  # nothing suspicious: not in the queue
+    _group(run, step=2, index=3, scores=[0.50, 0.49, 0.1])  # a near-tie alone orders, it does not flag
     queue = _api(run.project.owner).get(f"/api/runs/{run.id}/review-queue/").json()["results"]
     order = [(q["step"], q["group_index"]) for q in queue]
     assert order == [(2, 1), (2, 0), (1, 0)]
@@ -382,8 +386,9 @@ def test_the_review_queue_ranks_groups_by_the_value_of_a_look_and_says_why(clien
     assert queue[0]["reasons"][0].startswith("answer C: explanation sounds positive")
     html = _login(client, run.project.owner).get(f"/runs/{run.id}/review/").content.decode()
     rows = html.split('id="review-queue"')[1].split("</table>")[0]
-    assert rows.index(f"/groups/{contradicted[0].group_id}/") < rows.index("near-tie")
+    assert rows.index(f"/groups/{contradicted[0].group_id}/") < rows.index("judge passes disagree")
     assert "can change training" in rows
+    assert "3 of 5 groups flagged" in html
 
 
 def test_scored_groups_export_as_jsonl_that_the_judging_cli_reads(client, tmp_path):
@@ -605,3 +610,29 @@ def test_the_agreement_chart_waits_for_a_group_with_two_human_scores(client):
     trajectory_override(user=run.project.owner, trajectory=trajectories[1], score=0.9, reason="right")
     html = client.get(f"/runs/{run.id}/review/").content.decode()
     assert 'id="agreement-chart"' in html and 'data-steps="1"' in html
+
+
+def test_the_review_queue_pages_through_every_flagged_group_and_counts_them_by_reason(client):
+    run = run_factory(status=RunStatus.RUNNING)
+    spread = {"disagreement": 0.2, "passes": 2}
+    for step in range(1, 31):  # 60 flagged groups, more than a page (50), and 30 near-ties that flag nothing
+        _group(run, step=step, index=0, scores=[0.9, 0.3, 0.1], judge_meta=spread)
+        _group(run, step=step, index=1, scores=[0.9, 0.5, 0.1], explanations=["", "", "Correct and complete."])
+        _group(run, step=step, index=2, scores=[0.6, 0.59, 0.1])
+    api = _api(run.project.owner)
+    first = api.get(f"/api/runs/{run.id}/review-queue/?limit=50").json()
+    assert first["count"] == 60 and len(first["results"]) == 50 and first["next"]
+    rest = api.get(first["next"]).json()
+    assert len(rest["results"]) == 10
+    seen = {(q["step"], q["group_index"]) for q in first["results"] + rest["results"]}
+    assert len(seen) == 60 and not any(index == 2 for _, index in seen)
+
+    _login(client, run.project.owner)
+    html = client.get(f"/runs/{run.id}/review/").content.decode()
+    summary = html.split('id="queue-summary"')[1].split("</p>")[0]
+    assert "60 of 90 groups flagged" in summary
+    assert "explanation contradicts the score 30" in summary and "judge passes disagree 30" in summary
+    assert "Showing 1–50" in summary and 'id="queue-next"' in html
+    second = client.get(f"/runs/{run.id}/review/?queue_page=2").content.decode()
+    rows = second.split('id="review-queue"')[1].split("</table>")[0]
+    assert rows.count("<tr>") == 10 + 1  # the header row and the last ten

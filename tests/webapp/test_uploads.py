@@ -63,4 +63,6 @@ def test_list_items_are_not_mistaken_for_formulas(client):
     data = b"id,user_message\nq1,- first item\nq2,What is -5 degrees in Fahrenheit?\n"
     response = client.post(reverse("scenario-set-detail", args=[scenario_set.id]),
                            {"action": "upload", "file": SimpleUploadedFile("ok.csv", data)})
-    assert response.status_code == 302 and scenario_set.scenarios.count() == 2
+    assert response.status_code == 302
+    assert list(scenario_set.scenarios.order_by("external_id").values_list("external_id", "user_message")) == [
+        ("q1", "- first item"), ("q2", "What is -5 degrees in Fahrenheit?")]  # stored as written, not escaped

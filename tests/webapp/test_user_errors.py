@@ -47,7 +47,7 @@ def _field_errors(html: str, field: str) -> str:
 
 
 @pytest.mark.parametrize("error, says, todo", [
-    (JUDGE_DOWN, "The judge&#x27;s API could not be reached or kept failing", "Test judge"),
+    (JUDGE_DOWN, "The judge&#x27;s server answered with an error of its own", "Test judge"),
     (NO_JUDGE, "This agent&#x27;s answers have no reward of their own, and the run has no judge",
      "Launch the run again with a judge"),
 ])
@@ -143,3 +143,28 @@ def test_an_engine_sentence_loses_only_its_class_name_and_an_unknown_trace_is_fo
     assert unknown.what == "Something failed that this page cannot explain."
     assert unknown.details == "KeyError: 'reward_mean'"
     assert user_error("the engine sent no heartbeat for 120 s").details == ""  # already for people: nothing folded
+
+
+@pytest.mark.parametrize("raw, what, todo", [
+    ("TrainingError: McpServerExited: the MCP server 'python' exited with code 3 before it answered the handshake; "
+     "its last stderr line: fault server: refusing to start",
+     "exited before it answered", "last stderr line usually says why"),
+    ("McpNotMcp: the URL 'http://h/' is not an MCP endpoint: it answered 404 Not Found (text/html)",
+     "answers, but not as an MCP server", "path ending in /mcp"),
+    ("McpStartTimeout: the MCP server 'python' timed out: no handshake and tool listing within 20 s",
+     "timed out", "longer per-call timeout"),
+    ("McpServerDidNotStart: the MCP server 'http://h/mcp' refused the request: it answered 401 Unauthorized",
+     "wants credentials", "Enter the header it expects"),
+    ("McpServerDidNotStart: the MCP server 'http://127.0.0.1:9/mcp' did not start: ConnectError: refused",
+     "could not be reached or did not start", "is the server running"),
+    ("McpInvalidUtf8: the server wrote bytes that are not UTF-8 to its standard output (b'\\xff')",
+     "not UTF-8 text", "log to standard error"),
+    ("McpToolsTooLarge: the server lists 3000 tools, more than the 128 an agent may be given",
+     "more tools, or larger ones", "Serve fewer tools"),
+])
+def test_each_mcp_failure_names_its_cause_with_advice_that_fits_it(raw, what, todo):
+    from webapp.user_errors import user_error
+
+    explained = user_error(raw)
+    assert what in explained.what and todo in explained.todo and explained.details == raw
+    assert "a failed run resumes" not in explained.todo

@@ -23,7 +23,9 @@ def register(name: str) -> Callable[[type[Environment]], type[Environment]]:
 
 
 def _load_builtins() -> None:
-    from training.environments import chat, external, game_2048, mcp, tools  # noqa: F401 - they register themselves
+    # They register themselves.
+    from training.environments import (chat, codenames, external, game_2048, mcp, temporal_clue,  # noqa: F401
+                                       tictactoe, tools)
 
 
 def get_environment(name: str) -> Environment:

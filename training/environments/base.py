@@ -2,7 +2,8 @@
 
 An environment turns (client, model, scenario, config) into a Trajectory by talking to the server with plain
 OpenAI-client code. It may set `env_reward` (a verifiable reward). Register your own with
-`@training.environments.register("name")` on a subclass of `Environment`.
+`@training.environments.register("name")` on a subclass of `Environment`. An episode with several players
+returns one trajectory per role (training/episodes.py).
 """
 from __future__ import annotations
 
@@ -36,8 +37,17 @@ class Environment:
         that does not start)."""
         return None
 
-    async def rollout(self, client: Any, model: str, scenario: Scenario, config: RolloutConfig) -> Trajectory:
+    async def rollout(self, client: Any, model: str, scenario: Scenario,
+                      config: RolloutConfig) -> Trajectory | list[Trajectory]:
+        """One episode. A game where the policy plays several parts returns one trajectory per role it played,
+        each with `role` set to one of `roles(options)` (training/episodes.py)."""
         raise NotImplementedError
+
+    @classmethod
+    def roles(cls, options: BaseModel) -> list[str]:
+        """The roles the policy plays in every episode with these options; groups form per (scenario, role) in
+        this order. One player: [""]."""
+        return [""]
 
     @classmethod
     def has_own_reward(cls, options: dict[str, Any]) -> bool | None:

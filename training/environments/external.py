@@ -22,6 +22,10 @@ class ExternalOptions(BaseModel):
                                                 "(within max_rollout_failures); fail: the run fails.")
     allow_unsampled: bool = Field(False, description="Accept assistant turns the model never sampled through "
                                   "the run's endpoint; they train on a re-tokenisation of their text.")
+    upstream_timeout_s: float | None = Field(None, gt=0, le=24 * 3600, description="How long the run's endpoint "
+                                             "waits for the inference server's answer to one call (504 after); "
+                                             "None: the deployment's maximum, STUDIO_EXTERNAL_UPSTREAM_TIMEOUT_S, "
+                                             "which also caps it.")
 
 
 @register("external")

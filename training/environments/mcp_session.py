@@ -7,14 +7,24 @@ already listed, converted to the OpenAI `tools` format and validated; leaving th
 session (and stops a stdio server) on every path: return, exception, cancellation.
 
 Faults are `McpServerError`s (a `TrainingError`, so at launch they refuse the run); the environment turns one
-raised mid-run into an error on that trajectory only.
+raised mid-run into an error on that trajectory only. Each names its cause: a stdio server that exited (its code
+and last stderr line), a URL that is not MCP (a 404, an HTML page), a timeout, bytes that are not UTF-8 (at once,
+not after the startup timeout), more tools than MAX_TOOLS or a tool larger than the caps below.
+
+A stdio server runs through mcp_sandbox.py: a scrubbed environment, its own process group, CPU, memory and
+wall-time limits ($STUDIO_MCP_CPU_S, $STUDIO_MCP_MEMORY_MB, $STUDIO_MCP_WALL_S), and another user where the
+deployment names one ($STUDIO_MCP_RUN_AS). An HTTP server's connections go to `connect_to` when it is given (the
+address the web app checked; DNS is not asked again, so a name cannot be rebound to another address meanwhile).
 """
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import re
+import sys
 import tempfile
+from contextvars import ContextVar
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Annotated, Any, AsyncIterator, Literal, Union
@@ -22,9 +32,17 @@ from typing import Annotated, Any, AsyncIterator, Literal, Union
 import anyio
 from pydantic import BaseModel, ConfigDict, Field
 
+from training.environments.mcp_sandbox import MARK as SANDBOX_MARK, RUN_AS_ENV
 from training.errors import TrainingError
 
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what OpenAI-style function calling accepts
+# Every prompt carries the tools: a server listing thousands, or a tool of megabytes, would fill the context and
+# the pages. Above these the server is refused, naming the cap (McpToolsTooLarge).
+MAX_TOOLS = 128
+MAX_DESCRIPTION_CHARS = 4000
+MAX_SCHEMA_CHARS = 16000
+SANDBOX_LIMITS = (("STUDIO_MCP_CPU_S", "--cpu-s", "600"), ("STUDIO_MCP_MEMORY_MB", "--memory-mb", "2048"),
+                  ("STUDIO_MCP_WALL_S", "--wall-s", "3600"))
 
 
 class McpServerError(TrainingError):
@@ -39,11 +57,31 @@ class McpServerTimeout(McpServerError):
     pass
 
 
+class McpStartTimeout(McpServerDidNotStart):
+    """Started (or reached), but no handshake and tool listing within startup_timeout_s."""
+
+
+class McpServerExited(McpServerDidNotStart):
+    """A stdio server that ended before it answered: its exit code and last stderr line."""
+
+
+class McpNotMcp(McpServerDidNotStart):
+    """A URL that answers, but not as an MCP endpoint (a 404, an HTML page, another content type)."""
+
+
+class McpToolsTooLarge(McpServerError):
+    pass
+
+
 class McpServerCrashed(McpServerError):
     pass
 
 
 class McpProtocolError(McpServerError):
+    pass
+
+
+class McpInvalidUtf8(McpProtocolError):
     pass
 
 
@@ -68,6 +106,8 @@ class HttpServer(BaseModel):
     # Only STUDIO_MCP_* variables, so a config can never send the worker's other variables to a server.
     headers_env: dict[str, Annotated[str, Field(pattern=r"^STUDIO_MCP_[A-Z0-9_]+$")]] = Field(
         default_factory=dict, description="Header name -> a STUDIO_MCP_* environment variable holding its value.")
+    connect_to: str | None = Field(None, description="Connect to this IP address instead of resolving the URL's "
+                                   "host (the address that was checked); the Host header and TLS name stay the URL's.")
 
     def all_headers(self) -> dict[str, str]:
         missing = [var for var in self.headers_env.values() if var not in os.environ]
@@ -91,8 +131,18 @@ def openai_tools(listed: list[Any]) -> list[dict[str, Any]]:
     from jsonschema import Draft202012Validator
     from jsonschema.exceptions import SchemaError
 
+    if len(listed) > MAX_TOOLS:
+        raise McpToolsTooLarge(f"the server lists {len(listed)} tools, more than the {MAX_TOOLS} an agent may be "
+                               "given (every prompt carries them all): serve fewer tools from this server")
     tools = []
     for tool in listed:
+        if len(tool.description or "") > MAX_DESCRIPTION_CHARS:
+            raise McpToolsTooLarge(f"tool {tool.name[:80]!r} has a description of {len(tool.description)} "
+                                   f"characters, more than {MAX_DESCRIPTION_CHARS}")
+        size = len(json.dumps(tool.input_schema, ensure_ascii=False))
+        if size > MAX_SCHEMA_CHARS:
+            raise McpToolsTooLarge(f"tool {tool.name[:80]!r} has an input schema of {size} characters, more than "
+                                   f"{MAX_SCHEMA_CHARS}")
         if not TOOL_NAME.match(tool.name):
             raise McpInvalidToolSchema(f"the server lists a tool named {tool.name[:80]!r}: tool names must be 1-64 "
                                        "letters, digits, _ or -")
@@ -144,6 +194,26 @@ class McpSession:
         self.broken: McpServerError | None = None  # set once the server failed; the session takes no more calls
         self._garbage: Exception | None = None
         self._in_flight: anyio.CancelScope | None = None
+        self._starting: anyio.CancelScope | None = None
+        self.http_answer: str = ""  # an HTTP server's first answer that is not MCP: "404 Not Found (text/html)"
+        self.http_status = 0
+
+    def on_invalid_utf8(self, err: UnicodeDecodeError) -> None:
+        """A stdio server wrote bytes that are not UTF-8: named at once, whatever was waiting for an answer."""
+        if self._garbage is None:
+            self._garbage = McpInvalidUtf8(f"the server wrote bytes that are not UTF-8 to its standard output "
+                                           f"({err.object[err.start:err.end][:8]!r}): MCP messages are UTF-8 JSON")
+        for scope in (self._in_flight, self._starting):
+            if scope is not None:
+                scope.cancel()
+
+    async def on_http_response(self, response: Any) -> None:
+        """The HTTP client's response hook: remembers an answer that says the URL is not an MCP endpoint."""
+        kind = response.headers.get("content-type", "").split(";")[0].strip().lower()
+        if not self.http_answer and (response.status_code >= 400 or kind == "text/html"):
+            self.http_status = response.status_code
+            self.http_answer = f"{response.status_code} {response.reason_phrase}".strip() + (
+                f" ({kind})" if kind else "")
 
     async def on_message(self, message: Any) -> None:
         """The SDK's message handler: a line that is not JSON-RPC arrives here, not at the call waiting for its
@@ -153,14 +223,29 @@ class McpSession:
             if self._in_flight is not None:
                 self._in_flight.cancel()
 
-    def server_output(self) -> str:
-        """The tail of a stdio server's stderr (for error messages; never shown unescaped)."""
+    def _stderr_lines(self) -> list[str]:
         if self._stderr is None:
-            return ""
+            return []
         self._stderr.flush()
         self._stderr.seek(0)
-        tail = self._stderr.read()[-600:].strip()
+        return [line for line in self._stderr.read()[-4000:].splitlines() if line.strip()]
+
+    def server_output(self) -> str:
+        """The tail of a stdio server's stderr (for error messages; never shown unescaped)."""
+        lines = [line for line in self._stderr_lines() if not line.startswith(SANDBOX_MARK)]
+        tail = "\n".join(lines)[-600:].strip()
         return f"; its stderr ends: {tail}" if tail else ""
+
+    def exit_status(self) -> str | None:
+        """'exited with code 3' (or 'killed by signal …') once the sandbox reported the server's end."""
+        for line in reversed(self._stderr_lines()):
+            if line.startswith(SANDBOX_MARK):
+                return line[len(SANDBOX_MARK):].strip()
+        return None
+
+    def last_stderr_line(self) -> str:
+        lines = [line for line in self._stderr_lines() if not line.startswith(SANDBOX_MARK)]
+        return lines[-1].strip()[:300] if lines else ""
 
     async def call(self, name: str, arguments: dict[str, Any]) -> ToolResult:
         """Runs a tool. A tool's own error is a normal result; a server fault raises a McpServerError."""
@@ -179,11 +264,14 @@ class McpSession:
             self.broken = McpServerTimeout(f"tool {name!r} did not answer within {self._timeout:g} s "
                                            "(per_call_timeout_s)")
         except Exception as err:  # noqa: BLE001 - whatever the SDK raises, the server is no longer usable
-            if _is_protocol_garbage(err):
+            if isinstance(err, McpServerError):  # named already (bytes that are not UTF-8)
+                self.broken = err
+            elif _is_protocol_garbage(err):
                 self.broken = McpProtocolError(f"tool {name!r}: the server sent a message that is not valid MCP "
                                                f"JSON-RPC ({_first_line(err)})")
             else:
-                self.broken = McpServerCrashed(f"tool {name!r}: the server went away ({_first_line(err)})"
+                status = self.exit_status()
+                self.broken = McpServerCrashed(f"tool {name!r}: the server went away ({status or _first_line(err)})"
                                                f"{self.server_output()}")
         else:
             return result_text(result, self._max_chars)
@@ -195,23 +283,93 @@ async def _nothing() -> AsyncIterator[None]:
     yield
 
 
-async def _transport(stack: AsyncExitStack, spec: StdioServer | HttpServer, timeout_s: float) -> tuple[Any, Any]:
+def _on_bad_utf8(err: UnicodeError) -> tuple[str, int]:
+    watch = _utf8_watch.get()
+    if watch is not None and isinstance(err, UnicodeDecodeError):
+        watch(err)
+    return "\ufffd", err.end  # type: ignore[attr-defined]
+
+
+# The stdio transport decodes the server's stdout in a task of its own: this codec error handler reaches the
+# session of the task that started it (the context is copied when the task starts), so the session is told.
+_utf8_watch: ContextVar[Any] = ContextVar("mcp_utf8_watch", default=None)
+UTF8_HANDLER = "studio-mcp-utf8"
+codecs.register_error(UTF8_HANDLER, _on_bad_utf8)
+
+
+def sandbox_command(spec: StdioServer) -> tuple[str, list[str], dict[str, str]]:
+    """The wrapper's command line and the server's scrubbed environment (mcp_sandbox.py)."""
+    from mcp.client.stdio import get_default_environment
+
+    from training.environments import mcp_sandbox
+
+    args = ["-S", mcp_sandbox.__file__]
+    for variable, flag, default in SANDBOX_LIMITS:
+        args += [flag, os.environ.get(variable, default)]
+    env = {**get_default_environment(), "PYTHONUNBUFFERED": "1", **spec.env}
+    if os.environ.get(RUN_AS_ENV):
+        env[RUN_AS_ENV] = os.environ[RUN_AS_ENV]
+    return sys.executable, [*args, "--", server_program(spec.command), *spec.args], env
+
+
+def server_program(command: str) -> str:
+    """`python` (or `python3`) in a spec is the engine's own interpreter, the one with the MCP SDK and this
+    package installed: the first `python` on a worker's PATH may be another (issue 34: the documented command
+    failed with "No module named 'mcp'")."""
+    return sys.executable if command in ("python", "python3") else command
+
+
+class _PinnedTransport:
+    """An httpx transport that connects to one address for the URL's host (its TLS name and Host header kept)."""
+
+    def __init__(self, inner: Any, host: str, address: str) -> None:
+        self._inner, self._host, self._address = inner, host, address
+
+    async def handle_async_request(self, request: Any) -> Any:
+        if request.url.host == self._host:
+            request.extensions = {**request.extensions, "sni_hostname": self._host}
+            request.url = request.url.copy_with(host=self._address)
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> "_PinnedTransport":
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self._inner.__aexit__(*exc)
+
+
+async def _transport(stack: AsyncExitStack, spec: StdioServer | HttpServer, timeout_s: float,
+                     mcp: McpSession) -> Any:
     if isinstance(spec, StdioServer):
         from mcp.client.stdio import StdioServerParameters, stdio_client
 
-        stderr = stack.enter_context(tempfile.TemporaryFile("w+", prefix="mcp-stderr-"))
-        params = StdioServerParameters(command=spec.command, args=spec.args, env=spec.env or None)
+        mcp._stderr = stack.enter_context(tempfile.TemporaryFile("w+", prefix="mcp-stderr-"))
+        command, args, env = sandbox_command(spec)
+        params = StdioServerParameters(command=command, args=args, env=env)
+        params.encoding_error_handler = UTF8_HANDLER  # type: ignore[assignment]  # the SDK's type lists three
+        token = _utf8_watch.set(mcp.on_invalid_utf8)
         try:
-            streams = await stack.enter_async_context(stdio_client(params, errlog=stderr))
+            return await stack.enter_async_context(stdio_client(params, errlog=mcp._stderr))
         except (OSError, ValueError) as err:
             raise McpServerDidNotStart(f"cannot run the MCP server command {spec.command!r}: {err}") from None
-        return streams, stderr
+        finally:
+            _utf8_watch.reset(token)
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
 
+    transport: Any = None
+    if spec.connect_to:
+        from urllib.parse import urlsplit
+
+        transport = _PinnedTransport(httpx2.AsyncHTTPTransport(), urlsplit(spec.url).hostname or "", spec.connect_to)
     http = await stack.enter_async_context(httpx2.AsyncClient(
-        headers=spec.all_headers(), timeout=httpx2.Timeout(timeout_s, read=max(timeout_s, 300.0))))
-    return await stack.enter_async_context(streamable_http_client(spec.url, http_client=http)), None
+        headers=spec.all_headers(), timeout=httpx2.Timeout(timeout_s, read=max(timeout_s, 300.0)),
+        transport=transport, event_hooks={"response": [mcp.on_http_response]}))
+    return await stack.enter_async_context(streamable_http_client(spec.url, http_client=http))
 
 
 @asynccontextmanager
@@ -250,21 +408,44 @@ async def _start(stack: AsyncExitStack, spec: StdioServer | HttpServer, where: s
                  per_call_timeout_s: float, max_result_chars: int, limit: anyio.Semaphore | None) -> McpSession:
     from mcp.client.session import ClientSession
 
-    streams, stderr = await _transport(stack, spec, per_call_timeout_s)
     mcp = McpSession(None, [], per_call_timeout_s=per_call_timeout_s, max_result_chars=max_result_chars,
-                     limit=limit, stderr=stderr)
+                     limit=limit, stderr=None)
+    streams = await _transport(stack, spec, per_call_timeout_s, mcp)
     session = mcp._session = await stack.enter_async_context(
         ClientSession(streams[0], streams[1], message_handler=mcp.on_message))
+    listed: list[Any] | None = None
     try:
-        with anyio.fail_after(startup_timeout_s):
-            await session.initialize()
-            listed = (await session.list_tools()).tools
+        with anyio.CancelScope() as mcp._starting:
+            with anyio.fail_after(startup_timeout_s):
+                await session.initialize()
+                listed = (await session.list_tools()).tools
     except TimeoutError:
-        raise McpServerDidNotStart(f"the MCP server {where!r} did not complete its handshake and tool listing "
-                                   f"within {startup_timeout_s:g} s (startup_timeout_s){mcp.server_output()}") \
-            from None
+        raise McpStartTimeout(f"the MCP server {where!r} timed out: no handshake and tool listing within "
+                              f"{startup_timeout_s:g} s (startup_timeout_s){mcp.server_output()}") from None
     except Exception as err:  # noqa: BLE001 - any failure before the tools are listed means it did not start
-        kind = McpProtocolError if _is_protocol_garbage(err) else McpServerDidNotStart
-        raise kind(f"the MCP server {where!r} did not start: {_first_line(err)}{mcp.server_output()}") from None
+        raise _start_failure(mcp, spec, where, err) from None
+    finally:
+        mcp._starting = None
+    if mcp._garbage is not None or listed is None:
+        raise mcp._garbage or McpServerDidNotStart(f"the MCP server {where!r} did not start")
     mcp.tools = openai_tools(listed)
     return mcp
+
+
+def _start_failure(mcp: McpSession, spec: StdioServer | HttpServer, where: str, err: Exception) -> McpServerError:
+    """The named cause of a start that failed: not UTF-8, exited (code, last stderr line), not MCP, garbage."""
+    if isinstance(mcp._garbage, McpServerError):
+        return mcp._garbage
+    if isinstance(spec, StdioServer) and (status := mcp.exit_status()) is not None:
+        line = mcp.last_stderr_line()
+        return McpServerExited(f"the MCP server {where!r} {status} before it answered the handshake"
+                               + (f"; its last stderr line: {line}" if line else "; it wrote nothing to stderr"))
+    if mcp.http_status in (401, 403):
+        return McpServerDidNotStart(f"the MCP server {where!r} refused the request: it answered {mcp.http_answer}; "
+                                    "check the server's headers (a token it expects)")
+    if mcp.http_answer:
+        return McpNotMcp(f"the URL {where!r} is not an MCP endpoint: it answered {mcp.http_answer} (an MCP "
+                         "server answers JSON or an event stream, usually at a path ending in /mcp)")
+    if _is_protocol_garbage(err):
+        return McpProtocolError(f"the MCP server {where!r} did not start: {_first_line(err)}{mcp.server_output()}")
+    return McpServerDidNotStart(f"the MCP server {where!r} did not start: {_first_line(err)}{mcp.server_output()}")

@@ -5,6 +5,9 @@ its `base_url` is what an OpenAI client needs; `load_adapter` / `unload_adapter`
 versioned names; `client()` / `async_client()` give the OpenAI client to call it with. Kinds: `local`
 (training.servers.local), `inprocess` (the same engine inside this process, training.servers.inprocess), `vllm`
 (training.servers.vllm), `external` (a URL).
+A server this module starts (local, vllm) listens on a loopback host unless the deployment sets
+$STUDIO_INFERENCE_TOKEN; with it, the server requires it of every request (vLLM as VLLM_API_KEY, on /v1) and the
+clients here send it. An external URL is never sent the token: it is not ours.
 """
 from __future__ import annotations
 
@@ -22,18 +25,21 @@ import httpx
 
 from training.config import ServerConfig
 from training.errors import TrainingError
+from training.servers.serving import TOKEN_ENV, bind_refusal, inference_token
 
 
 class InferenceServer:
     """A running OpenAI-compatible server (owned process or external URL)."""
 
     def __init__(self, base_url: str, model_name: str, process: subprocess.Popen | None = None,
-                 log_path: Path | None = None) -> None:
+                 log_path: Path | None = None, token: str | None = None) -> None:
         self.base_url = base_url.rstrip("/")  # ends in /v1
         self.model_name = model_name  # the served name of the base model
         self.process = process
         self.log_path = log_path
-        self._http = httpx.Client(timeout=120.0)
+        self.token = token  # the deployment's, for a server it started; None for an external URL
+        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(timeout=120.0, headers=self.headers)
         self.sleeps_during_training = False  # vLLM's sleep mode (server.gpu_sharing 'sleep')
 
     @property
@@ -61,12 +67,12 @@ class InferenceServer:
     def client(self) -> Any:
         from openai import OpenAI
 
-        return OpenAI(base_url=self.base_url, api_key="unused", max_retries=0, timeout=600)
+        return OpenAI(base_url=self.base_url, api_key=self.token or "unused", max_retries=0, timeout=600)
 
     def async_client(self) -> Any:
         from openai import AsyncOpenAI
 
-        return AsyncOpenAI(base_url=self.base_url, api_key="unused", max_retries=2, timeout=600)
+        return AsyncOpenAI(base_url=self.base_url, api_key=self.token or "unused", max_retries=2, timeout=600)
 
     def sleep(self) -> None:
         """vLLM's sleep mode, level 1: weights to CPU RAM and the KV cache dropped, so the trainer has the GPU."""
@@ -172,9 +178,10 @@ def spawn(command: list[str], env: dict[str, str], log_path: Path) -> subprocess
 
 
 def start_server(config: ServerConfig, base_model: str, log_path: Path, *, device: str = "cpu",
-                 served_name: str = "base", threads: int = 0) -> Any:
+                 served_name: str = "base", threads: int = 0, env: dict[str, str] | None = None) -> Any:
     """An `InferenceServer`, or for `inprocess` an `InProcessServer` with the same interface. `threads`: the
-    local server's torch CPU threads (0: torch's default)."""
+    local server's torch CPU threads (0: torch's default). `env`: the environment a started server gets, its
+    $STUDIO_INFERENCE_TOKEN included (default: this process's)."""
     if config.kind == "inprocess":
         from training.servers.inprocess import InProcessServer
 
@@ -186,17 +193,25 @@ def start_server(config: ServerConfig, base_model: str, log_path: Path, *, devic
             raise TrainingError(f"the external server {config.url} serves no model")
         server.model_name = names[0] if served_name not in names else served_name
         return server
+    token = inference_token() if env is None else (env.get(TOKEN_ENV) or None)
+    if refusal := bind_refusal(config.host, token):  # at once, not after the server's start times out
+        raise TrainingError(f"server.host: {refusal}")
     port = config.port or free_port(config.host)
     if config.kind == "vllm":
         from training.servers.vllm import vllm_command
 
-        command, env = vllm_command(config, base_model, port, served_name)
+        command, vllm_env = vllm_command(config, base_model, port, served_name)
+        # With `env` given, vLLM's own settings go on top of it (not this process's whole environment).
+        env = vllm_env if env is None else {**env, **{k: v for k, v in vllm_env.items() if os.environ.get(k) != v}}
+        if token:  # vLLM's own name for it: every /v1 route then requires the Bearer token
+            env["VLLM_API_KEY"] = token
     else:
         command = [sys.executable, "-m", "training.servers.local", "--model", base_model, "--served-model-name",
                    served_name, "--host", config.host, "--port", str(port), "--max-lora-rank",
                    str(config.max_lora_rank), "--device", device, "--threads", str(threads)]
-        env = dict(os.environ)
-    server = InferenceServer(f"http://{config.host}:{port}/v1", served_name, spawn(command, env, log_path), log_path)
+        env = dict(os.environ) if env is None else dict(env)
+    server = InferenceServer(f"http://{config.host}:{port}/v1", served_name, spawn(command, env, log_path), log_path,
+                             token=token)
     # Between rollouts the trainer takes the GPU: the loop puts a sleep-mode vLLM to sleep for each step.
     server.sleeps_during_training = config.kind == "vllm" and config.gpu_sharing == "sleep"
     server.wait_ready(config.startup_timeout_s)

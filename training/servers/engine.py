@@ -3,7 +3,8 @@
 `training.servers.local` serves it over HTTP and `training.servers.inprocess` inside the training process; both
 answer as `vllm serve --enable-lora` does where the training loop depends on it (chat completions with n,
 temperature, top_p, max_tokens, stop, seed, tools, logprobs, ignore_eos and return_token_ids; runtime loading
-and unloading of LoRA adapters by name; the same error statuses).
+and unloading of LoRA adapters by name; the same error statuses). A request's parameters are checked before
+anything is queued (`training.servers.chat_request`: 400 naming the parameter).
 Concurrent requests for the same model (base or adapter) are sampled together in one batch, as vLLM batches:
 the batch keeps collecting while requests keep arriving (a quiet gap closes it, a cap bounds the wait).
 An adapter loaded where an unloaded one of the same shape was is copied into that one's LoRA weights in place,
@@ -13,6 +14,7 @@ without peft's per-layer dispatch; the copy shares every weight with the base bu
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import queue
 import re
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from training.servers.chat_request import MAX_N, ChatParams, RequestError, chat_params
 from training.servers.folded import FoldedCopy, foldable
 
 TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
@@ -33,9 +36,10 @@ FREE_SLOTS = 2  # unloaded adapters whose LoRA modules are kept to be refilled i
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, param: str | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.param = param  # the request parameter a 400 is about (OpenAI's error `param`)
 
 
 @dataclass
@@ -54,7 +58,7 @@ class Engine:
     """Holds the model and adapters; one worker thread runs every forward pass (and adapter change)."""
 
     def __init__(self, model_dir: str, served_name: str, max_lora_rank: int, device: str,
-                 batch_gap_s: float = BATCH_GAP_S) -> None:
+                 batch_gap_s: float = BATCH_GAP_S, max_n: int = MAX_N) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -68,6 +72,7 @@ class Engine:
         self.served_name = served_name
         self.model_dir = model_dir
         self.batch_gap_s = batch_gap_s
+        self.max_n = max_n
         self.max_lora_rank = max_lora_rank
         self.adapters: dict[str, str] = {}  # served name -> path
         # peft module names cannot hold "." (a run name may), so each adapter gets a plain internal name.
@@ -260,51 +265,66 @@ class Engine:
         return {"object": "list", "data": data}
 
     def chat(self, body: dict) -> dict:
-        model = body.get("model")
-        if model != self.served_name and model not in self.adapters:
-            raise ApiError(404, f"The model `{model}` does not exist.")
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise ApiError(400, "`messages` must be a non-empty list.")
-        tools = body.get("tools") or None
+        """Answers a chat completion request, waiting on this (request) thread for its samples."""
+        params, prompt_ids, jobs = self._prepare(body)
+        return self._response(params, prompt_ids, [job.future.result() for job in jobs])
+
+    async def chat_async(self, body: dict) -> dict:
+        """`chat` for an event loop: the wait for the samples holds no thread, so the requests of a batch do not
+        each need one (the sampling itself stays on the worker thread)."""
+        params, prompt_ids, jobs = self._prepare(body)
+        samples = await asyncio.gather(*(asyncio.wrap_future(job.future) for job in jobs))
+        return self._response(params, prompt_ids, list(samples))
+
+    def _prepare(self, body: dict) -> tuple[ChatParams, list[int], list[Job]]:
+        """Validates the request, renders its prompt and queues one job per choice."""
         try:
-            prompt = self.tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True,
-                                                        tokenize=False)
+            params = chat_params(body, self.max_n)
+        except RequestError as err:
+            raise ApiError(400, str(err), err.param) from None
+        model = params.model
+        if not isinstance(model, str) or (model != self.served_name and model not in self.adapters):
+            raise ApiError(404, f"The model `{model}` does not exist.")
+        try:
+            prompt = self.tokenizer.apply_chat_template(params.messages, tools=params.tools or None,
+                                                        add_generation_prompt=True, tokenize=False)
         except Exception as err:  # noqa: BLE001 - a malformed message list is the caller's error
-            raise ApiError(400, f"cannot apply the chat template: {err}") from None
+            raise ApiError(400, f"cannot apply the chat template: {err}", "messages") from None
         prompt_ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
         room = self.context - len(prompt_ids)
-        max_tokens = body.get("max_tokens") or body.get("max_completion_tokens") or room
+        # Left out, max_tokens is what the context has left (as vLLM); given, it is at least 1 (chat_params).
+        max_tokens = params.max_tokens or params.max_completion_tokens or room
         if room <= 0 or max_tokens > room:
-            raise ApiError(400, f"This model's maximum context length is {self.context} tokens; the prompt has "
-                                f"{len(prompt_ids)} and max_tokens is {max_tokens}.")
-        n = int(body.get("n") or 1)
-        temperature = float(body.get("temperature", 1.0) if body.get("temperature") is not None else 1.0)
-        top_p = float(body.get("top_p") or 1.0)
-        jobs = [Job(model, prompt_ids, int(max_tokens), temperature, top_p,
-                    None if body.get("seed") is None else int(body["seed"]) + i, bool(body.get("ignore_eos")))
-                for i in range(n)]
+            raise ApiError(400, f"`max_tokens` is {max_tokens}, more than the {max(room, 0)} tokens left: this "
+                                f"model's maximum context length is {self.context} tokens and the prompt has "
+                                f"{len(prompt_ids)}.", "max_tokens")
+        temperature = 1.0 if params.temperature is None else params.temperature
+        top_p = 1.0 if params.top_p is None else params.top_p
+        jobs = [Job(model, prompt_ids, max_tokens, temperature, top_p,
+                    None if params.seed is None else params.seed + i, bool(params.ignore_eos))
+                for i in range(params.n or 1)]
         for job in jobs:
             self._put(job)
-        samples = [job.future.result() for job in jobs]
-        stops = body.get("stop") or []
-        stops = [stops] if isinstance(stops, str) else stops
-        choices = [self._choice(i, s, stops, tools, body) for i, s in enumerate(samples)]
+        return params, prompt_ids, jobs
+
+    def _response(self, params: ChatParams, prompt_ids: list[int], samples: list) -> dict:
+        stops = [params.stop] if isinstance(params.stop, str) else params.stop or []
+        choices = [self._choice(i, s, stops, params.tools, bool(params.logprobs)) for i, s in enumerate(samples)]
         completion_tokens = sum(len(c["token_ids"]) for c in choices)
         response = {
             "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
-            "model": model, "choices": choices,
+            "model": params.model, "choices": choices,
             "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": completion_tokens,
                       "total_tokens": len(prompt_ids) + completion_tokens},
         }
-        if body.get("return_token_ids"):
+        if params.return_token_ids:
             response["prompt_token_ids"] = prompt_ids
         else:
             for c in choices:
                 del c["token_ids"]
         return response
 
-    def _choice(self, index: int, sample: Any, stops: list[str], tools: Any, body: dict) -> dict:
+    def _choice(self, index: int, sample: Any, stops: list[str], tools: Any, logprobs: bool) -> dict:
         ids, lps, finish = sample.token_ids, sample.logprobs, sample.finish_reason
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
         for s in stops:  # OpenAI semantics: cut before the stop string; keep the ids that produced it
@@ -327,7 +347,7 @@ class Engine:
                 message["content"] = TOOL_CALL.sub("", text).strip() or None
                 finish = "tool_calls"
         choice: dict[str, Any] = {"index": index, "message": message, "finish_reason": finish, "token_ids": ids}
-        if body.get("logprobs"):
+        if logprobs:
             choice["logprobs"] = {"content": [
                 {"token": self.tokenizer.convert_ids_to_tokens(t), "logprob": lp, "bytes": None, "top_logprobs": []}
                 for t, lp in zip(ids, lps)]}

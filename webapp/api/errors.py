@@ -18,10 +18,24 @@ def exception_handler(exc, context):
     if isinstance(exc, DjangoValidationError):
         detail = exc.message_dict if hasattr(exc, "error_dict") else {"detail": exc.messages}
         exc = exceptions.ValidationError(detail=detail)
+    unknown = _unknown_ids(exc) if isinstance(exc, exceptions.ValidationError) else []
+    if unknown:  # as for an id in the path: no such object, or one of a project the caller is not a member of
+        exc = exceptions.NotFound(detail=f"No {' or '.join(unknown)} with that id (or it belongs to a project you "
+                                         "are not a member of).")
     response = drf_exception_handler(exc, context)
     if response is not None:
         response.data = error_body(response.data)
     return response
+
+
+def _unknown_ids(exc: exceptions.ValidationError) -> list[str]:
+    """The fields of a refusal that only names ids of objects that do not exist (DRF's `does_not_exist`)."""
+    codes = exc.get_codes()
+    if not isinstance(codes, dict) or not codes:
+        return []
+    if any(field_codes != ["does_not_exist"] for field_codes in codes.values()):
+        return []
+    return [field.replace("_", " ") for field in codes]
 
 
 def error_body(data) -> dict:
@@ -32,3 +46,27 @@ def error_body(data) -> dict:
             data = {**data, "detail": " ".join(str(message) for message in data["detail"])}
         return data if "detail" in data else {"detail": "Invalid input: see the fields named.", **data}
     return {"detail": str(data)}
+
+
+# Django answers what never reaches a DRF view itself (a path no route matches, e.g. /api/runs/0.5/steps/, or a
+# crash outside DRF). Under /api/ those answers take the API's one error shape too; elsewhere Django's pages.
+_PAGE_HANDLERS = {400: "bad_request", 403: "permission_denied", 404: "page_not_found", 500: "server_error"}
+_API_DETAIL = {400: "Bad request.", 403: "You do not have permission to perform this action.",
+               404: "Not found: no API route has this path (ids are whole numbers).", 500: "Server error."}
+
+
+def _django_error(status: int):
+    from django.http import JsonResponse
+    from django.views import defaults
+
+    def view(request, exception=None):
+        if request.path.startswith("/api/"):
+            return JsonResponse({"detail": _API_DETAIL[status]}, status=status)
+        page = getattr(defaults, _PAGE_HANDLERS[status])
+        return page(request) if status == 500 else page(request, exception)
+
+    view.__name__ = f"api_aware_{status}"
+    return view
+
+
+api_aware_400, api_aware_403, api_aware_404, api_aware_500 = (_django_error(code) for code in (400, 403, 404, 500))

@@ -4,22 +4,25 @@ looked up for an editor of its project (selectors/external.py), and every write 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from django.conf import settings
-from django.http import HttpResponse
-from django.http.request import RawPostDataException
 from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http.request import RawPostDataException
 from django.urls import reverse
+from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status
-from rest_framework.exceptions import ParseError, ValidationError
+from rest_framework.exceptions import MethodNotAllowed, NotAuthenticated, ParseError, Throttled, ValidationError
 from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from webapp.api import external_serializers as s
-from webapp.api.auth import EXTERNAL_AUTHENTICATION
+from webapp.api.auth import EXTERNAL_AUTHENTICATION, BearerAuthentication
+from webapp.api.errors import exception_handler
 from webapp.models import Run
 from webapp.ratelimit import ExternalThrottle
 from webapp.selectors.external import external_run_get, rollouts_state
@@ -36,7 +39,7 @@ REFUSALS = {
 }
 
 
-def _body(request: Request) -> bytes:
+def _body(request: HttpRequest | Request) -> bytes:
     """The raw body, refused (413) over the limit before it is parsed."""
     limit = settings.STUDIO_EXTERNAL_MAX_BYTES
     try:
@@ -95,31 +98,87 @@ class RolloutGroupsView(_ExternalView):
                          "trajectories": len(group.trajectories)}, status=status.HTTP_201_CREATED)
 
 
+# --- the run's OpenAI-compatible endpoint: asynchronous views (issue 33) ------------------------------------------
+# Plain async Django views rather than DRF's (which are synchronous: a call waiting minutes upstream would hold a
+# thread and, through it, a database connection). They run the same steps as the DRF views above: authentication
+# (project token, user token, or the session with its CSRF check), the run for an editor of its project, the rate
+# limit and the client's heartbeat, in one short database step; errors answer in the API's one shape.
+
+
+def _authorised(request: HttpRequest, pk: int, methods: tuple[str, ...]) -> Run:
+    drf_request = Request(request, authenticators=[auth() for auth in EXTERNAL_AUTHENTICATION])
+    user = drf_request.user
+    if user is None or not user.is_authenticated:
+        raise NotAuthenticated()
+    if request.method not in methods:  # after authentication, as DRF answers: 401 before 405
+        raise MethodNotAllowed(request.method)
+    throttle = ExternalThrottle()
+    if not throttle.allow_request(drf_request, None):
+        raise Throttled(wait=throttle.wait())
+    run = external_run_get(user=user, token=drf_request.auth, run_id=pk)
+    if client_id := request.headers.get("X-Client-Id"):
+        external_services.external_client_seen(run=run, client_id=client_id)
+    return run
+
+
+def _refusal(exc: Exception) -> HttpResponse | None:
+    response = exception_handler(exc, {})
+    if response is None:
+        return None
+    answer = JsonResponse(response.data, status=response.status_code)
+    for header in ("Retry-After", "WWW-Authenticate", "Allow"):
+        if header in response:
+            answer[header] = response[header]
+    if response.status_code == 401:
+        answer["WWW-Authenticate"] = BearerAuthentication.keyword
+    if isinstance(exc, external_proxy.TooManyInFlight):
+        answer["Retry-After"] = "1"
+    return answer
+
+
 def _answer(upstream: external_proxy.Upstream) -> HttpResponse:
     return HttpResponse(upstream.body, status=upstream.status, content_type=upstream.content_type)
 
 
-@extend_schema(exclude=True)  # OpenAI's own API, documented on the API docs page and in docs/webapp.md
-class OpenAIModelsView(_ExternalView):
-    throttle_classes = [ExternalThrottle]
+def _chat_body(request: HttpRequest) -> tuple[dict, str | None]:
+    try:
+        body = json.loads(_body(request) or b"null")
+    except ValueError as err:
+        raise ParseError(f"the body is not JSON: {err}") from None
+    if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+        raise ValidationError({"messages": ["send a chat completion request: a JSON object with `messages`"]})
+    key = request.headers.get("X-Trajectory-Id") or None
+    if key is not None:
+        external_services.external_id_check(value=key, field="X-Trajectory-Id")
+    return body, key
 
-    def get(self, request: Request, pk: int) -> HttpResponse:
-        return _answer(external_proxy.external_models(run=self.run(request, pk)))
+
+def _chat_admitted(request: HttpRequest, pk: int) -> tuple[Run, Any]:
+    """One database step before the call waits: who asks, for which run, and what the call may do."""
+    run = _authorised(request, pk, ("POST",))
+    body, key = _chat_body(request)
+    return run, external_proxy.external_chat_prepare(run=run, body=body, trajectory_key=key)
 
 
-@extend_schema(exclude=True)
-class OpenAIChatView(_ExternalView):
-    throttle_classes = [ExternalThrottle]
+@csrf_exempt  # the session's CSRF check is DRF's SessionAuthentication, in _authorised
+async def openai_chat_completions(request: HttpRequest, pk: int) -> HttpResponse:
+    """`POST /api/runs/<id>/openai/v1/chat/completions` (OpenAI's API; not in the schema)."""
+    try:
+        run, call = await external_proxy.in_db(_chat_admitted, request, pk)
+        return _answer(await external_proxy.external_chat_serve(run=run, call=call))
+    except Exception as exc:  # noqa: BLE001 - the API's refusals; anything else is re-raised below
+        if (answer := _refusal(exc)) is None:
+            raise
+        return answer
 
-    def post(self, request: Request, pk: int) -> HttpResponse:
-        run = self.run(request, pk)
-        try:
-            body = json.loads(_body(request) or b"null")
-        except ValueError as err:
-            raise ParseError(f"the body is not JSON: {err}") from None
-        if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
-            raise ValidationError({"messages": ["send a chat completion request: a JSON object with `messages`"]})
-        key = request.headers.get("X-Trajectory-Id") or None
-        if key is not None:
-            external_services.external_id_check(value=key, field="X-Trajectory-Id")
-        return _answer(external_proxy.external_chat_completion(run=run, body=body, trajectory_key=key))
+
+@csrf_exempt
+async def openai_models(request: HttpRequest, pk: int) -> HttpResponse:
+    """`GET /api/runs/<id>/openai/v1/models`."""
+    try:
+        run = await external_proxy.in_db(_authorised, request, pk, ("GET", "HEAD"))
+        return _answer(await external_proxy.external_models(run=run))
+    except Exception as exc:  # noqa: BLE001
+        if (answer := _refusal(exc)) is None:
+            raise
+        return answer

@@ -32,7 +32,7 @@ class TrajectoryReviewActions:
     @extend_schema(responses=s.ScoreOverrideSerializer(many=True))
     @action(detail=True, methods=["get"])
     def overrides(self, request: Request, pk=None) -> Response:
-        page = self.paginate_queryset(self.get_object().overrides.select_related("user").order_by("-id"))
+        page = self.paginate_queryset(self.get_object().overrides.select_related("user", "run").order_by("-id"))
         return self.get_paginated_response(s.ScoreOverrideSerializer(page, many=True).data)
 
 
@@ -56,7 +56,7 @@ class RunReviewActions:
     @extend_schema(responses=s.ScoreOverrideSerializer(many=True))
     @action(detail=True, methods=["get"])
     def overrides(self, request: Request, pk=None) -> Response:
-        page = self.paginate_queryset(self.get_object().overrides.select_related("user").order_by("-id"))
+        page = self.paginate_queryset(self.get_object().overrides.select_related("user", "run").order_by("-id"))
         return self.get_paginated_response(s.ScoreOverrideSerializer(page, many=True).data)
 
     @extend_schema(responses=s.QueueItemSerializer(many=True))
@@ -70,7 +70,9 @@ class RunReviewActions:
     def agreement(self, request: Request, pk=None) -> Response:
         return Response(s.RunAgreementSerializer(review_selectors.run_agreement(run=self.get_object())).data)
 
-    @extend_schema(parameters=[OpenApiParameter("t", int, many=True, required=True, description="trajectory ids, 1 to 6")],
+    @extend_schema(parameters=[OpenApiParameter(
+        "t", {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1, "maxItems": 6},
+        required=True, style="form", explode=True, description="trajectory ids, 1 to 6")],
                    responses=s.CompareColumnSerializer(many=True))
     @action(detail=True, methods=["get"])
     def compare(self, request: Request, pk=None) -> Response:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from drf_spectacular.openapi import AutoSchema
+from rest_framework import serializers
 
 ERROR_SCHEMA = {
     "type": "object",
@@ -25,6 +27,33 @@ _ERRORS = {
     "429": "Too many requests: wait the number of seconds in `Retry-After`, then retry.",
 }
 _WRITES = {"post", "put", "patch", "delete"}
+
+
+_NOT_NULL = [{"type": t} for t in ("object", "array", "string", "number", "boolean")]
+
+
+class StudioAutoSchema(AutoSchema):
+    """drf-spectacular's schema, plus two refusals it leaves out: a list that may not be empty (DRF's
+    `allow_empty=False`) says `minItems: 1`, and a JSON field that may not be null says which values it takes
+    (an object where the model keeps an object, e.g. environment options; otherwise any JSON value but null)."""
+
+    def _map_serializer_field(self, field, direction, bypass_extensions=False):
+        schema = super()._map_serializer_field(field, direction, bypass_extensions)
+        lists = (serializers.ListSerializer, serializers.ListField)
+        if isinstance(field, lists) and not field.allow_empty and schema.get("type") == "array":
+            schema["minItems"] = max(1, schema.get("minItems", 0))
+        if isinstance(field, serializers.JSONField) and not field.allow_null and "type" not in schema \
+                and "anyOf" not in schema and "oneOf" not in schema:
+            schema.update({"type": "object"} if _model_default(field) is dict else {"anyOf": _NOT_NULL})
+        return schema
+
+
+def _model_default(field) -> Any:
+    model = getattr(getattr(field.parent, "Meta", None), "model", None)
+    try:
+        return model._meta.get_field(field.source).default if model is not None else None
+    except Exception:  # noqa: BLE001 - a serializer field with no model field behind it
+        return None
 
 
 def rate_limits_text() -> str:

@@ -5,7 +5,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 from rest_framework.authtoken.views import obtain_auth_token
 from rest_framework.routers import DefaultRouter
 
-from webapp.api import external_views, views
+from webapp.api import dataset_views, external_views, serving_views, views
 
 app_name = "api"  # the router's names (run-detail, …) must not shadow the pages'
 router = DefaultRouter()
@@ -19,6 +19,9 @@ router.register("runs", views.RunViewSet, basename="run")
 router.register("groups", views.GroupViewSet, basename="group")
 router.register("trajectories", views.TrajectoryViewSet, basename="trajectory")
 router.register("playground", views.PlaygroundViewSet, basename="playground")
+router.register("datasets", dataset_views.DatasetViewSet, basename="dataset")
+router.register("dataset-versions", dataset_views.DatasetVersionViewSet, basename="dataset-version")
+router.register("distillations", dataset_views.DistillationViewSet, basename="distillation")
 
 urlpatterns = [
     path("token/", obtain_auth_token, name="api-token"),
@@ -30,8 +33,17 @@ urlpatterns = [
     # External rollouts (issue 21): before the router's run routes, which would read "rollouts" as an action.
     path("runs/<int:pk>/rollouts/", external_views.RolloutsView.as_view(), name="run-rollouts"),
     path("runs/<int:pk>/rollouts/groups/", external_views.RolloutGroupsView.as_view(), name="run-rollouts-groups"),
-    path("runs/<int:pk>/openai/v1/chat/completions", external_views.OpenAIChatView.as_view(),
-         name="run-openai-chat"),
-    path("runs/<int:pk>/openai/v1/models", external_views.OpenAIModelsView.as_view(), name="run-openai-models"),
+    # The run's OpenAI-compatible endpoint: asynchronous views (a call may wait minutes on the run's server).
+    path("runs/<int:pk>/openai/v1/chat/completions", external_views.openai_chat_completions, name="run-openai-chat"),
+    path("runs/<int:pk>/openai/v1/models", external_views.openai_models, name="run-openai-models"),
+    # Checkpoints served after their run (issue 37), by the project's on-demand inference server.
+    path("checkpoints/<int:pk>/openai/v1/chat/completions", serving_views.checkpoint_chat_completions,
+         name="checkpoint-openai-chat"),
+    path("checkpoints/<int:pk>/openai/v1/models", serving_views.checkpoint_models, name="checkpoint-openai-models"),
+    path("projects/<int:pk>/openai/v1/chat/completions", serving_views.project_chat_completions,
+         name="project-openai-chat"),
+    path("projects/<int:pk>/openai/v1/models", serving_views.project_models, name="project-openai-models"),
+    # The stdio MCP servers a project's server may name (the deployment's catalogue, no commands shown).
+    path("mcp-catalogue/", views.McpCatalogueView.as_view(), name="mcp-catalogue"),
     *router.urls,
 ]

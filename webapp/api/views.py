@@ -10,14 +10,17 @@ from rest_framework.decorators import action
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from webapp.selectors import access, runs as run_selectors
+from webapp.selectors.mcp import mcp_test_view
 from webapp.api import serializers as s
 from webapp.api.pagination import query_int
 from webapp.api.parsers import InputJSONParser
 from webapp.api.review_views import GroupReviewActions, RescoreViewSet, RunReviewActions, TrajectoryReviewActions
 from webapp.models import (
-    Agent, JudgeConfig, McpServer, Project, Role, Rubric, RubricVersion, Run, ScenarioSet, Trajectory, TrajectoryGroup,
+    Agent, DatasetVersion, JudgeConfig, McpServer, Project, Role, Rubric, RubricVersion, Run, ScenarioSet, Trajectory,
+    TrajectoryGroup,
 )
 from webapp.services import catalogue as catalogue_services
 from webapp.services import mcp_servers as mcp_services
@@ -28,6 +31,15 @@ from webapp.services.projects import project_create
 
 def _project(request: Request, project_id: int, role: str = Role.EDITOR) -> Project:
     return access.project_get(user=request.user, project_id=project_id, role=role)
+
+
+def _picker(request: Request, data: dict):
+    """pick(model, key, path): pops `key`'s id from a create body and returns that object if it is in one of the
+    user's projects (404 otherwise), None when absent."""
+    def pick(model, key: str, path: str = "project"):
+        pk = data.pop(key, None)
+        return None if pk is None else access.in_project_get(user=request.user, model=model, pk=pk, path=path)
+    return pick
 
 
 class _InProject(viewsets.GenericViewSet):
@@ -47,6 +59,20 @@ class _InProject(viewsets.GenericViewSet):
             for part in self.project_path.split("__"):
                 project = getattr(project, part)
             require_role(user=request.user, project=project, role=role)
+
+
+class _ProjectListMixin(mixins.ListModelMixin):
+    """A list that `?project=` narrows to one project (a whole number of at least 1; a 400 naming it otherwise)."""
+
+    @extend_schema(parameters=[OpenApiParameter("project", {"type": "integer", "minimum": 1},
+                                                description="only this project's")])
+    def list(self, request: Request, *args, **kwargs) -> Response:
+        return super().list(request, *args, **kwargs)
+
+    def get_queryset(self):
+        qs = super().get_queryset()
+        project = query_int(self.request, "project", minimum=1) if self.action == "list" else None
+        return qs if project is None else qs.filter(project_id=project)
 
 
 class ProjectViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, _InProject):
@@ -154,9 +180,11 @@ class JudgeConfigViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixin
 
 class McpServerViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
                        mixins.UpdateModelMixin, mixins.DestroyModelMixin, _InProject):
-    """A stdio server (a command the workers run) is added, changed and deleted by the project's owner or a site
-    administrator only (403 for others); header values are write-only. DELETE refuses (400, naming them) while
-    agents use the server; runs already launched keep the spec they froze."""
+    """Editors add, change and delete a project's MCP servers. A stdio server names an entry of the deployment's
+    catalogue (`catalogue_entry`, GET /api/mcp-catalogue/); a `command`, `args`, `env` or `cwd` is refused (400,
+    naming it). Header values are write-only, and dropped when the URL moves to another origin unless given
+    again (`headers_dropped`). DELETE refuses (400, naming them) while agents use the server; runs already
+    launched keep the spec they froze."""
     serializer_class = s.McpServerSerializer
     action_roles = {"update": Role.EDITOR, "partial_update": Role.EDITOR, "test": Role.EDITOR,
                     "destroy": Role.EDITOR}
@@ -175,15 +203,32 @@ class McpServerViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.
     def perform_destroy(self, instance):
         mcp_services.mcp_server_delete(user=self.request.user, server=instance)
 
-    @extend_schema(request=None, responses=s.McpConnectionTestSerializer)
-    @action(detail=True, methods=["post"])
+    @extend_schema(methods=["POST"], request=None, responses={202: s.McpConnectionTestSerializer})
+    @extend_schema(methods=["GET"], responses=s.McpConnectionTestSerializer)
+    @action(detail=True, methods=["get", "post"])
     def test(self, request: Request, pk=None) -> Response:
-        """Lists the server's tools live (the page's Test connection); a failure is `ok: false` with the error."""
-        result = mcp_services.mcp_server_test(user=request.user, server=self.get_object())
-        return Response(s.McpConnectionTestSerializer(result).data)
+        """POST queues a connection test on a worker (202); GET reads it: poll while `status` is queued or
+        running. `ok: false` with the named fault when the server could not be used."""
+        server = self.get_object()
+        if request.method == "POST":
+            server = mcp_services.mcp_server_test_request(user=request.user, server=server)
+        view = mcp_test_view(server=server)
+        data = {**view, "error": view["error"] or "", "tools": server.tools if view["ok"] else []}
+        return Response(s.McpConnectionTestSerializer(data).data,
+                        status=202 if request.method == "POST" else 200)
 
 
-class RunViewSet(RunReviewActions, mixins.ListModelMixin, mixins.RetrieveModelMixin, _InProject):
+class McpCatalogueView(APIView):
+    """The stdio MCP servers of this deployment (STUDIO_MCP_STDIO_SERVERS), which a project's server may name.
+    Site administrators keep the list; commands are not shown."""
+
+    @extend_schema(responses=s.McpCatalogueEntrySerializer(many=True))
+    def get(self, request: Request) -> Response:
+        entries = mcp_services.mcp_catalogue_entries()
+        return Response([{"name": name, "description": entry.description} for name, entry in sorted(entries.items())])
+
+
+class RunViewSet(RunReviewActions, _ProjectListMixin, mixins.RetrieveModelMixin, _InProject):
     serializer_class = s.RunSerializer
     action_roles = {"pause": Role.EDITOR, "resume": Role.EDITOR, "cancel": Role.EDITOR, "fork": Role.EDITOR,
                     "approve": Role.REVIEWER}
@@ -193,30 +238,19 @@ class RunViewSet(RunReviewActions, mixins.ListModelMixin, mixins.RetrieveModelMi
         # the judge cost is a query per run: on the one run asked for, not on every run of a list
         return s.RunDetailSerializer if self.action == "retrieve" else s.RunSerializer
 
-    @extend_schema(parameters=[OpenApiParameter("project", int, description="only this project's runs")])
-    def list(self, request: Request, *args, **kwargs) -> Response:
-        return super().list(request, *args, **kwargs)
-
-    def get_queryset(self):
-        qs = super().get_queryset()
-        project = query_int(self.request, "project", minimum=1) if self.action == "list" else None
-        return qs if project is None else qs.filter(project_id=project)
-
     @extend_schema(request=s.RunCreateSerializer, responses={201: s.RunSerializer})
     def create(self, request: Request) -> Response:
         body = s.RunCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = dict(body.validated_data)
         project = _project(request, data.pop("project"))
+        pick = _picker(request, data)
 
-        def pick(model, key, path="project"):
-            pk = data.pop(key, None)
-            return None if pk is None else access.in_project_get(user=request.user, model=model, pk=pk, path=path)
-
-        run = run_services.run_launch(  # review_gate passes through **data
+        run = run_services.run_launch(  # review_gate, kind and sft pass through **data
             user=request.user, project=project, agent=pick(Agent, "agent"), scenario_set=pick(ScenarioSet, "scenario_set"),
             rubric_version=pick(RubricVersion, "rubric_version", "rubric__project"),
-            judge_config=pick(JudgeConfig, "judge_config"), **data)
+            judge_config=pick(JudgeConfig, "judge_config"),
+            dataset_version=pick(DatasetVersion, "dataset_version", "dataset__project"), **data)
         return Response(s.RunSerializer(run).data, status=status.HTTP_201_CREATED)
 
     def _control(self, request: Request, service) -> Response:
@@ -246,7 +280,8 @@ class RunViewSet(RunReviewActions, mixins.ListModelMixin, mixins.RetrieveModelMi
         page = self.paginate_queryset(run_selectors.run_steps(run=self.get_object()))
         return self.get_paginated_response(s.StepSerializer(page, many=True).data)
 
-    @extend_schema(parameters=[OpenApiParameter("step", int, description="only this step's groups (0 or more)")],
+    @extend_schema(parameters=[OpenApiParameter("step", {"type": "integer", "minimum": 0},
+                                                description="only this step's groups (0 or more)")],
                    responses=s.GroupSerializer(many=True))
     @action(detail=True, methods=["get"])
     def groups(self, request: Request, pk=None) -> Response:

@@ -15,7 +15,17 @@ from webapp.celery_app import app
 RUN_EXECUTE = "webapp.tasks.run_execute_task"
 PLAYGROUND_RESCORE = "webapp.tasks.playground_rescore_task"
 CHECKPOINT_EVALUATE = "webapp.tasks.run_evaluate_task"  # it loads the model: a GPU worker's job
-QUEUES = {RUN_EXECUTE: "gpu", PLAYGROUND_RESCORE: "judge", CHECKPOINT_EVALUATE: "gpu"}
+DISTILLATION_EXECUTE = "webapp.tasks.distillation_task"  # a teacher's and a judge's API calls: no GPU
+# Serving (issue 37): a task that holds a project's inference server until it idles, and Try it's rollouts and
+# judging (HTTP clients of that server and of the judge, with the agent's tools: never in the web process).
+SERVER_HOLD = "webapp.tasks.project_server_hold_task"
+TRY_EXECUTE = "webapp.tasks.try_execute_task"
+TRY_JUDGE = "webapp.tasks.try_judge_task"
+CHECKPOINT_EXPORT = "webapp.tasks.checkpoint_export_task"  # loads the base model: a GPU worker's job
+# An MCP server's Test connection: the server starts (stdio) or is reached (HTTP) from a worker's child process.
+MCP_TEST = "webapp.tasks.mcp_server_test_task"
+QUEUES = {RUN_EXECUTE: "gpu", CHECKPOINT_EVALUATE: "gpu", CHECKPOINT_EXPORT: "gpu", PLAYGROUND_RESCORE: "judge",
+          DISTILLATION_EXECUTE: "judge", TRY_EXECUTE: "judge", TRY_JUDGE: "judge", SERVER_HOLD: "serve", MCP_TEST: "judge"}
 
 LocalExecutor = Callable[[str, int], None]
 _local: LocalExecutor | None = None

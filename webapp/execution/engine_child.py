@@ -198,6 +198,9 @@ def main() -> int:
     parser.add_argument("events", help="file descriptor for the events, or `stdout` (under torchrun)")
     parser.add_argument("--spec", help="the run's spec as a JSON file, for every rank (else stdin's first line)")
     args = parser.parse_args()
+    from training.process_guard import hide_environment
+
+    hide_environment()  # its judge key and MCP headers: never readable by the MCP servers and tools it starts
     rank = int(os.environ.get("RANK", "0"))  # as torchrun sets it (training.distributed imports torch: not yet)
     spec = json.loads(Path(args.spec).read_text() if args.spec else sys.stdin.readline())
     control = StaticControl()

@@ -15,17 +15,24 @@ from typing import Callable
 from django.conf import settings
 from django.db import close_old_connections, connections
 
-from webapp.execution.dispatch import CHECKPOINT_EVALUATE, PLAYGROUND_RESCORE, RUN_EXECUTE, dispatch_install_local
+from webapp.execution.dispatch import (CHECKPOINT_EVALUATE, CHECKPOINT_EXPORT, DISTILLATION_EXECUTE, MCP_TEST,
+                                       PLAYGROUND_RESCORE, RUN_EXECUTE, SERVER_HOLD, TRY_EXECUTE, TRY_JUDGE,
+                                       dispatch_install_local)
 from webapp.execution.evaluation import checkpoint_evaluate_execute
-from webapp.execution.runner import run_execute
+from webapp.execution.exports import checkpoint_export_execute
+from webapp.execution.mcp_testing import mcp_server_test_execute
+from webapp.execution.serving import project_server_hold
+from webapp.execution.trying import try_execute, try_judge
+from webapp.execution.runner import runs_execute_in_order
 from webapp.models import Run, RunStatus
 from webapp.models.runs import ACTIVE_STATUSES
+from webapp.services.distillation import distillation_execute, distillations_reap_stale
 from webapp.services.playground import playground_execute, rescores_reap_stale
 from webapp.services.runs import PARKED, run_mark_crashed, runs_reap_stale
 
 log = logging.getLogger(__name__)
 
-# One run at a time, like one GPU worker; later launches wait in the queue in order.
+# One run at a time, like one GPU worker; queued runs start in launch order (runs_execute_in_order).
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 
@@ -56,8 +63,10 @@ def submit(run_id: int) -> None:
 # Re-scores wait on the judge API and evaluations load their own model: pools of their own, so neither ever
 # queues behind a run (nor a run behind them). wait_idle waits for their futures.
 _side_pools: dict[str, ThreadPoolExecutor] = {}
-_SIDE_WORKERS = {"judge": 2, "eval": 1}
+# A project's inference server holds a `serve` thread for as long as it is up (its server is a child process).
+_SIDE_WORKERS = {"judge": 2, "eval": 1, "serve": 8, "try": 2}
 _side_pending: set = set()  # futures of the side pools: a no-op submitted there would be no barrier
+_serving: set = set()  # the `serve` pool's: a server is up until it idles, so wait_idle does not wait for them
 
 
 def _submit_side(pool: str, work: Callable[[], object], what: str) -> None:
@@ -66,8 +75,9 @@ def _submit_side(pool: str, work: Callable[[], object], what: str) -> None:
             _side_pools[pool] = ThreadPoolExecutor(max_workers=_SIDE_WORKERS[pool],
                                                    thread_name_prefix=f"studio-{pool}")
         future = _side_pools[pool].submit(_side_work, work, what)
-        _side_pending.add(future)
-    future.add_done_callback(_side_pending.discard)
+        pending = _serving if pool == "serve" else _side_pending
+        pending.add(future)
+    future.add_done_callback(pending.discard)
 
 
 def _side_work(work: Callable[[], object], what: str) -> None:
@@ -89,9 +99,27 @@ def submit_evaluation(checkpoint_id: int) -> None:
                  f"the evaluation of checkpoint {checkpoint_id}")
 
 
+def submit_distillation(distillation_id: int) -> None:
+    _submit_side("judge", lambda: distillation_execute(distillation_id=distillation_id),
+                 f"distillation {distillation_id}")
+
+
 def _run_local(name: str, object_id: int) -> None:
     if name == RUN_EXECUTE:
         submit(object_id)
+    elif name == DISTILLATION_EXECUTE:
+        submit_distillation(object_id)
+    elif name == CHECKPOINT_EXPORT:
+        _submit_side("eval", lambda: checkpoint_export_execute(export_id=object_id), f"model export {object_id}")
+    elif name == SERVER_HOLD:
+        _submit_side("serve", lambda: project_server_hold(server_id=object_id, worker=f"inprocess@{worker_name()}"),
+                     f"project server {object_id}")
+    elif name == TRY_EXECUTE:
+        _submit_side("try", lambda: try_execute(session_id=object_id), f"Try it session {object_id}")
+    elif name == TRY_JUDGE:
+        _submit_side("judge", lambda: try_judge(session_id=object_id), f"judging Try it session {object_id}")
+    elif name == MCP_TEST:  # a child process of this executor's thread runs the server, never this process
+        _submit_side("judge", lambda: mcp_server_test_execute(server_id=object_id), f"MCP test of server {object_id}")
     elif name == PLAYGROUND_RESCORE:
         submit_rescore(object_id)
     elif name == CHECKPOINT_EVALUATE:
@@ -106,9 +134,10 @@ def executor_install() -> None:
 
 
 def _execute_in_thread(run_id: int) -> None:
+    """Woken by `run_id`'s submission: runs every queued run in launch order (see runs_execute_in_order)."""
     close_old_connections()
     try:
-        run_execute(run_id=run_id, worker=f"inprocess@{worker_name()}")
+        runs_execute_in_order(worker=f"inprocess@{worker_name()}")
     except Exception:
         log.exception("run %s: the in-process executor failed", run_id)
     finally:
@@ -121,6 +150,14 @@ def wait_idle(timeout: float | None = None) -> None:
         pool, pending = _pool, list(_side_pending)
     if pool is not None:
         pool.submit(lambda: None).result(timeout=timeout)
+    for future in pending:
+        future.result(timeout=timeout)
+
+
+def wait_servers_stopped(timeout: float | None = None) -> None:
+    """Blocks until every project server this process holds has stopped (stop them first: tests)."""
+    with _pool_lock:
+        pending = list(_serving)
     for future in pending:
         future.result(timeout=timeout)
 
@@ -170,6 +207,7 @@ def embedded_startup() -> None:
             try:
                 runs_reap_stale()
                 rescores_reap_stale()
+                distillations_reap_stale()
             except Exception:
                 log.exception("reaping stale runs failed")
             finally:

@@ -33,13 +33,16 @@ from webapp.selectors.external import external_groups_to_forward, external_last_
 from webapp.services.external import external_groups_mark_forwarded
 from webapp.services.monitoring import run_monitor_pause_check
 from webapp.services.review import run_review_rewards
+from webapp.services.gpu_plans import worker_gpus_report_here
 from webapp.services.run_config import run_model_problems
 from webapp.services.runs import (
-    run_claim, run_control_state, run_finish_after_engine, run_heartbeat, run_judge_budget_check, run_park,
+    run_claim, run_claim_next, run_control_state, run_finish_after_engine, run_heartbeat, run_judge_budget_check, run_park,
     runs_waiting,
 )
 from webapp.services.mcp_servers import run_secrets_environment
 from webapp.services.secrets import secret_decrypt
+from webapp.services.sft_runs import sft_engine_config
+from webapp.services.trackers import run_trackers_chosen, tracker_engine_config
 
 log = logging.getLogger(__name__)
 POLL_S = 0.25
@@ -52,12 +55,18 @@ APP_SECRETS = ("SECRET_KEY", "STUDIO_ENCRYPTION_KEY", "DATABASE_URL", "REDIS_URL
 def engine_env(run: Run) -> dict[str, str]:
     judge = run.judge_config
     # The engine gets no worker key but its judge's: litellm would otherwise find the provider's usual variable.
+    # A run that reports to W&B gets the deployment's W&B key too (training/trackers.py; MLflow's variables,
+    # MLFLOW_TRACKING_*, are no *_API_KEY and pass as they are).
+    kept = {judge.api_key_env if judge else None,
+            "WANDB_API_KEY" if "wandb" in run_trackers_chosen(config=run.config or {}) else None}
     env = {k: v for k, v in os.environ.items() if k not in APP_SECRETS
-           and not (k.endswith("_API_KEY") and k != (judge.api_key_env if judge else None))}
+           and not (k.endswith("_API_KEY") and k not in kept)}
     threads = str(settings.STUDIO_ENGINE_THREADS)
     env.update({"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "TOKENIZERS_PARALLELISM": "false",
                 "PYTHONUNBUFFERED": "1"})
     env.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    # The token its inference server requires of every request, and that the web app's endpoint sends it.
+    env["STUDIO_INFERENCE_TOKEN"] = settings.STUDIO_INFERENCE_TOKEN
     # The engine checks the judge's key against the administrators' policy too, whatever the config says.
     env[POLICY_ENV] = json.dumps({key: list(bases) for key, bases in settings.STUDIO_JUDGE_KEY_ENDPOINTS.items()})
     if judge is not None and judge.api_key_encrypted and not judge.api_key_env:
@@ -80,7 +89,8 @@ def gpu_worker_refusal(config: dict) -> str | None:
     if device == "cpu":
         return None
     kind = config.get("server", {}).get("kind", "local")
-    if kind in ("local", "inprocess"):  # inprocess is the local server's engine in the run's own process
+    samples = config.get("kind") != "sft" or bool(config.get("scenarios"))  # an SFT run samples for its win rate only
+    if samples and kind in ("local", "inprocess"):  # inprocess is the local server's engine in the run's own process
         return (f"a GPU worker does not sample with server.kind '{kind}' (transformers' generate): use 'vllm' or "
                 "'external', or set device: cpu to run on this worker's CPU")
     import torch  # only GPU workers ask; the web process never imports torch for this
@@ -121,6 +131,21 @@ def run_execute(*, run_id: int, worker: str) -> str:
     if not run_claim(run_id=run_id, worker=worker):
         log.info("run %s is not queued; %s leaves it alone", run_id, worker)
         return "skipped"
+    return _execute_claimed(run_id=run_id, worker=worker)
+
+
+def runs_execute_in_order(*, worker: str) -> dict[int, str]:
+    """Runs queued runs one after another, the first launched first, until none waits; returns each run's
+    status as it left this worker. The entry of a worker slot (the Celery task, the in-process executor): the
+    slot is free again the moment a run finishes or parks, and takes whichever run waits longest, so a run
+    launched later never starts first and a resumed parked run starts as soon as the slot is free."""
+    done: dict[int, str] = {}
+    while (run_id := run_claim_next(worker=worker)) is not None:
+        done[run_id] = _execute_claimed(run_id=run_id, worker=worker)
+    return done
+
+
+def _execute_claimed(*, run_id: int, worker: str) -> str:
     run = Run.objects.select_related("judge_config").get(pk=run_id)
     refusal = gpu_worker_refusal(run.config) if settings.STUDIO_GPU_WORKER else None
     if refusal:
@@ -137,7 +162,14 @@ def run_execute(*, run_id: int, worker: str) -> str:
     out_dir = Path(run.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     log_path = out_dir / "engine.log"
-    spec = {"config": _engine_config(run.config), "engine": settings.STUDIO_ENGINE}
+    try:  # an SFT run's dataset version becomes the engine's data file, in the run's own directory
+        config = sft_engine_config(run=run, config=tracker_engine_config(run_id=run.id, config=_engine_config(
+            run.config)), directory=out_dir)
+    except (OSError, ValueError) as err:
+        run_event_ingest(run_id=run_id, event={"kind": "run_failed", "step": -1,
+                                               "error": f"could not write the run's dataset: {err}"})
+        return Run.objects.values_list("status", flat=True).get(pk=run_id)
+    spec = {"config": config, "engine": settings.STUDIO_ENGINE}
     processes = TrainerConfig.model_validate(run.config.get("trainer") or {}).launch_processes()
     with open(log_path, "ab") as log_file:
         if processes == 1:
@@ -243,6 +275,7 @@ def _pump(proc: subprocess.Popen, read_fd: int, *, run_id: int, worker: str) -> 
                 _forward_groups(proc, run_id)
             if now - last_beat >= settings.STUDIO_HEARTBEAT_S:
                 run_heartbeat(run_id=run_id, worker=worker)
+                worker_gpus_report_here(worker=worker)  # what the launch page plans against (docs/gpu.md)
                 last_beat = now
             state = run_control_state(run_id=run_id, worker=worker)
         except DatabaseError:

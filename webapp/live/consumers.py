@@ -2,7 +2,8 @@
 
 Client: connect to /ws/runs/<id>/?after=<last seq the page has>; every frame is a JSON array of events
 {"seq", "kind", "data"}, in seq order across frames with no duplicates. A user who is not a member of the run's
-project is refused at the handshake, exactly like an unknown run (the 404 of the pages and the API).
+project is refused like an unknown run: the handshake is accepted and closed at once with code 4404 (the 404 of
+the pages and the API; 4401 for a user not logged in), so the browser sees the code, not an HTTP 403.
 Membership is checked again while the socket is open: when the project's members change (and at least every
 RECHECK_S while events flow), and a user who has lost access is disconnected with code 4403.
 
@@ -32,10 +33,15 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self) -> None:
         user = self.scope.get("user")
         self.run_id = int(self.scope["url_route"]["kwargs"]["run_id"])
+        # Refusals accept the handshake and close at once with a code that says why (4401 not logged in, 4404 no
+        # such run for this user: the 404 of the pages and the API). Closing before accepting would make the
+        # server answer the handshake with HTTP 403, and a browser then sees only close code 1006.
         if user is None or not user.is_authenticated:
+            await self.accept()
             await self.close(code=4401)
             return
         if not await database_sync_to_async(access.run_visible)(user=user, run_id=self.run_id):
+            await self.accept()
             await self.close(code=4404)
             return
         self.project_id = await database_sync_to_async(access.run_project_id)(run_id=self.run_id)

@@ -12,13 +12,17 @@ import math
 from collections import defaultdict
 from typing import Any, Callable
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from webapp.live.evaluation_events import alert_payload, evaluation_failed_payload, evaluation_payload
+from webapp.live.evaluation_events import (alert_payload, evaluation_failed_payload, evaluation_payload,
+                                           held_out_loss_payload, tracker_failed_payload)
+from webapp.live.override_redo import overrides_capture, overrides_settle
 from webapp.live.publish import publish
 from webapp.models import Checkpoint, JudgeCall, Run, RunEvent, RunStatus, Scenario, Step, Trajectory, TrajectoryGroup
 from webapp.models.runs import ACTIVE_STATUSES
+from webapp.run_policy import text_for_people, worker_paths
 from webapp.storable import storable
 
 log = logging.getLogger(__name__)
@@ -127,6 +131,16 @@ def _on_run_started(run: Run, e: dict[str, Any]) -> dict[str, Any]:
     return {"start_step": start, "total_steps": run.total_steps, "resumed": bool(e.get("resumed"))}
 
 
+def _on_memory_planned(run: Run, e: dict[str, Any]) -> dict[str, Any]:
+    """How the engine shares the GPUs between vLLM and the trainer (training/memory_plan.py): shown on the run
+    page from this event (webapp/selectors/runs.py)."""
+    sharing, reason = str(e.get("sharing") or ""), str(e.get("reason") or "")
+    _set_phase(run, f"GPU sharing: {sharing}")
+    share = e.get("gpu_memory_utilization")
+    return {"sharing": sharing, "reason": reason, "gpu_memory_utilization": float(share) if share else None,
+            "lines": [str(line) for line in e.get("lines") or []][:40]}
+
+
 def _record_resumed_checkpoint(run: Run, step: int, e: dict[str, Any]) -> None:
     """A worker killed after the engine saved a checkpoint but before its events were recorded: the engine
     resumes after that checkpoint, so record it (and a row for each such step, whose metrics were lost with the
@@ -165,10 +179,12 @@ def _on_group_scored(run: Run, e: dict[str, Any]) -> dict[str, Any]:
     # of the replaced group were paid for: they stay in the run's accounting, detached from the group.
     replaced = TrajectoryGroup.objects.filter(run=run, step_index=step, index=index)
     JudgeCall.objects.filter(group__in=replaced).update(group=None)
+    # Their human scores are carried to the new rollout where it gives the same answer, else marked discarded.
+    captured = overrides_capture(groups=list(replaced))
     replaced.delete()
     group = TrajectoryGroup.objects.create(
         run=run, step_index=step, index=index, scenario=scenario, scenario_external_id=scenario_id,
-        reward_mean=_num(e.get("reward_mean")), reward_std=_num(e.get("reward_std")),
+        role=str(e.get("role") or "")[:40], reward_mean=_num(e.get("reward_mean")), reward_std=_num(e.get("reward_std")),
         skipped=bool(e.get("skipped")), errors=[str(x) for x in e.get("errors") or []],
         scoring_error=str(e.get("scoring_error") or ""),
     )
@@ -183,14 +199,18 @@ def _on_group_scored(run: Run, e: dict[str, Any]) -> dict[str, Any]:
             completion_tokens=int(r.get("completion_tokens") or 0), metadata=r.get("metadata") or {},
             rubric_version_id=run.rubric_version_id if r.get("judge_score") is not None else None,
             judge_model=judge_model if r.get("judge_score") is not None else "",
+            role=str(r.get("role") or "")[:40], episode=str(r.get("episode") or "")[:40],
         )
         for i, r in enumerate(records)
     ]
     Trajectory.objects.bulk_create(rows)
+    if captured and overrides_settle(run=run, captured=captured, group=group):
+        group.refresh_from_db()
+        rows = list(group.trajectories.order_by("index"))
     _set_phase(run, f"step {step}: group {index + 1} scored")
     saved = {t.index: t.pk for t in group.trajectories.only("id", "index")}
     return {
-        "step": step, "group_index": index, "group_id": group.pk, "scenario_id": scenario_id,
+        "step": step, "group_index": index, "group_id": group.pk, "scenario_id": scenario_id, "role": group.role,
         "reward_mean": group.reward_mean, "reward_std": group.reward_std, "skipped": group.skipped,
         "errors": group.errors, "scoring_error": group.scoring_error,
         "trajectories": sorted(
@@ -315,7 +335,8 @@ def _on_run_finished(run: Run, e: dict[str, Any]) -> dict[str, Any]:
 
 
 def _on_run_failed(run: Run, e: dict[str, Any]) -> dict[str, Any]:
-    error = str(e.get("error") or "the engine failed without a message")
+    error = text_for_people(str(e.get("error") or "the engine failed without a message"),
+                            paths=worker_paths(run.config or {}, runs_dir=str(settings.STUDIO_RUNS_DIR)))
     if run.status in ACTIVE_STATUSES:
         _set_phase(run, "", status=RunStatus.FAILED, error=error, finished_at=timezone.now())
     return {"step": int(e.get("step", -1)), "error": error[:4000]}
@@ -350,6 +371,7 @@ def _on_events_summarized(run: Run, e: dict[str, Any]) -> dict[str, Any]:
 
 _HANDLERS: dict[str, Callable[[Run, dict[str, Any]], dict[str, Any]]] = {
     "run_started": _on_run_started,
+    "memory_planned": _on_memory_planned,
     "group_rolled_out": _on_group_rolled_out,
     "group_scored": _on_group_scored,
     "judge_usage": _on_judge_usage,
@@ -364,6 +386,8 @@ _HANDLERS: dict[str, Callable[[Run, dict[str, Any]], dict[str, Any]]] = {
     "monitor_alert": alert_payload,
     "evaluation_failed": evaluation_failed_payload,
     "events_summarized": _on_events_summarized,
+    "held_out_loss": held_out_loss_payload,
+    "tracker_failed": tracker_failed_payload,  # an experiment tracker stopped (issue 37): an alert, not a failure  # an SFT run's held-out conversations (issue 36)
     "rollouts_wanted": _on_rollouts_wanted,  # external rollouts (issue 21)
     "rollouts_closed": _on_rollouts_closed,
 }

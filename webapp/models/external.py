@@ -34,12 +34,22 @@ class ProjectToken(models.Model):
 
 
 class ExternalCall(models.Model):
-    """One chat completion sampled through a run's endpoint for a trajectory (header X-Trajectory-Id)."""
+    """One chat completion sampled through a run's endpoint for a trajectory (header X-Trajectory-Id) of an open
+    step's group. Stored as the messages it added: `parent` is the trajectory's longest earlier call whose whole
+    conversation this one's begins with, and `messages` holds what came after it (everything when there is
+    none), so a trajectory of T turns keeps O(T) messages rather than O(T²). services/external_calls.py rebuilds
+    what the server was sent; `digest` (a hash chain over those messages) finds the parent."""
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="external_calls")
     trajectory_key = models.CharField(max_length=64)
+    step = models.PositiveIntegerField(null=True, help_text="The open step it was sampled for (None: recorded "
+                                       "before calls were bound to a step).")
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    messages = models.JSONField(default=list)  # what this call was sent after its parent's messages
+    length = models.PositiveIntegerField(default=0, help_text="How many messages the call was sent in all.")
+    digest = models.CharField(max_length=64, default="", help_text="The hash chain over all of them.")
+    tools = models.JSONField(null=True, blank=True)
     model = models.CharField(max_length=300)
-    request = models.JSONField(default=dict)  # {"messages": [...], "tools": [...] | None}
     choices = models.JSONField(default=list)  # [{"message", "token_ids", "logprobs", "finish_reason"}]
     completion_tokens = models.PositiveIntegerField(default=0)
     created = models.DateTimeField(auto_now_add=True)
@@ -47,11 +57,6 @@ class ExternalCall(models.Model):
     class Meta:
         ordering = ["run_id", "id"]
         indexes = [models.Index(fields=["run", "trajectory_key"], name="external_call_trajectory")]
-
-    def as_call(self) -> dict:
-        """The shape training.external.assemble_trajectory reads."""
-        return {"model": self.model, "request": self.request, "choices": self.choices,
-                "completion_tokens": self.completion_tokens}
 
 
 class ExternalGroup(models.Model):

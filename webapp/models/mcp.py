@@ -1,10 +1,13 @@
 """MCP servers a project's agents may use as their tools (the engine's `mcp` environment).
 
-A stdio server is a command the workers run: adding or changing one is running code on the workers, so only the
-project's owner (or a site administrator) may (webapp/services/mcp_servers.py). HTTP header values may hold
-secrets: they are stored encrypted (like judge keys) and never rendered back; only their names are kept plain.
+A stdio server is a program the workers run: its command comes from the deployment's catalogue
+(STUDIO_MCP_STDIO_SERVERS, webapp/mcp_catalogue.py), which only site administrators edit; a project's server names
+an entry of it, never a command (DESIGN invariant 7). HTTP header values may hold secrets: they are stored
+encrypted (like judge keys) and never rendered back; only their names are kept plain.
 """
 from __future__ import annotations
+
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import models
@@ -14,15 +17,23 @@ from webapp.models.projects import Project
 
 class McpServer(models.Model):
     class Transport(models.TextChoices):
-        STDIO = "stdio", "stdio: a command the workers run"
+        STDIO = "stdio", "stdio: a server of this deployment's catalogue, run by the workers"
         HTTP = "http", "HTTP: a streamable-HTTP server at a URL"
+
+    class TestStatus(models.TextChoices):
+        NONE = "", "not tested"
+        QUEUED = "queued", "queued"
+        RUNNING = "running", "testing"
+        OK = "ok", "connected"
+        FAILED = "failed", "failed"
+
+    # A test queued or running longer than this lost its worker (or none runs the `judge` queue): it may be asked again.
+    TEST_STALE_AFTER = timedelta(seconds=120)
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="mcp_servers")
     name = models.CharField(max_length=200)
     transport = models.CharField(max_length=8, choices=Transport.choices, default=Transport.HTTP)
-    command = models.CharField(max_length=500, blank=True)
-    args = models.JSONField(default=list, blank=True)
-    env = models.JSONField(default=dict, blank=True)
+    catalogue_entry = models.CharField(max_length=64, blank=True)  # stdio: the name of a catalogue entry
     url = models.CharField(max_length=500, blank=True)
     header_names = models.JSONField(default=list, blank=True)  # shown; the values are in headers_encrypted only
     headers_encrypted = models.TextField(blank=True, editable=False)  # Fernet of a JSON object {name: value}
@@ -33,6 +44,11 @@ class McpServer(models.Model):
     # the scenario generator; a run lists them again itself at launch.
     tools = models.JSONField(default=list, blank=True)
     tools_listed_at = models.DateTimeField(null=True, blank=True)
+    # The last "test connection": run by a worker (never the web process), polled by the page.
+    test_status = models.CharField(max_length=8, choices=TestStatus.choices, blank=True, default="")
+    test_error = models.TextField(blank=True)
+    test_latency_s = models.FloatField(null=True, blank=True)
+    test_requested_at = models.DateTimeField(null=True, blank=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -46,7 +62,7 @@ class McpServer(models.Model):
 
     @property
     def where(self) -> str:
-        """The command line or URL, as people read it (no header values)."""
+        """The catalogue entry or URL, as people read it (no header values)."""
         if self.transport == self.Transport.STDIO:
-            return " ".join([self.command, *self.args])
+            return f"catalogue: {self.catalogue_entry}"
         return self.url

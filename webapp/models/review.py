@@ -17,6 +17,13 @@ class ScoreOverride(models.Model):
         SCORE = "score", "Score set"
         REORDER = "reorder", "Group reordered"
         CLEAR = "clear", "Override removed"
+        CARRIED = "carried", "Carried to the step's redo"
+
+    class Redo(models.TextChoices):
+        """What became of this change when its step was rolled out again (webapp/live/override_redo.py)."""
+        NONE = "", "—"
+        CARRIED = "carried", "carried to the redo (same answer)"
+        DISCARDED = "discarded", "discarded with the step's redo"
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="overrides")
     trajectory = models.ForeignKey(Trajectory, null=True, on_delete=models.SET_NULL, related_name="overrides")
@@ -31,11 +38,30 @@ class ScoreOverride(models.Model):
     reason = models.TextField(max_length=2000)
     # True when the step had not trained yet: this change reached the rewards the step trained on.
     applies_to_training = models.BooleanField(default=False)
+    # Set once, when the step was rolled out again and this row's group replaced: the only change ever made to a
+    # row (applies_to_training then turns false: the group it applied to never trained).
+    redo = models.CharField(max_length=16, choices=Redo.choices, default=Redo.NONE, blank=True)
     user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["run_id", "-id"]
+
+    @property
+    def training_note(self) -> str:
+        """What this change did to training, in the words every page and the API use."""
+        if self.redo == self.Redo.DISCARDED:
+            return f"discarded with step {self.step_index}'s redo (the new rollout has no identical answer)"
+        if self.redo == self.Redo.CARRIED:
+            return f"carried to step {self.step_index}'s redo (same scenario and answer text)"
+        if not self.applies_to_training:
+            return "label only (step had trained)"
+        run = self.run
+        if self.step_index <= run.reviewed_through_step:
+            return "changed the step's rewards"
+        if self.step_index <= run.steps_done or run.status == "completed":  # trained without a review handshake
+            return "label only (the step trained on the judge's rewards)"
+        return "pending: the step has not trained yet and will train on it"
 
     def save(self, *args, **kwargs) -> None:
         if self.pk is not None:

@@ -21,6 +21,7 @@ class RunStatus(models.TextChoices):
 
 
 ACTIVE_STATUSES = (RunStatus.RUNNING, RunStatus.PAUSED, RunStatus.AWAITING_REVIEW)
+PARKED = "(parked: no engine)"  # the `worker` of a paused run whose engine was stopped (services.runs.run_park)
 FINAL_STATUSES = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
 
 
@@ -52,6 +53,10 @@ class Run(models.Model):
     # The last step whose rewards were handed to the engine: overrides on later steps still change training,
     # overrides on this one or earlier are kept as labels only.
     reviewed_through_step = models.PositiveIntegerField(default=0)
+    # An SFT run's conversations (config kind "sft"): the immutable version it trains on, written by the worker
+    # to the run's output directory as its engine's data file (execution/runner.py).
+    dataset_version = models.ForeignKey("DatasetVersion", null=True, blank=True, on_delete=models.PROTECT,
+                                        related_name="runs")
     parent_run = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks")
     parent_checkpoint = models.ForeignKey("Checkpoint", null=True, blank=True, on_delete=models.SET_NULL,
                                           related_name="forks")
@@ -75,6 +80,11 @@ class Run(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.status})"
+
+    @property
+    def kind(self) -> str:
+        """grpo (reinforce) or sft (teach), as the engine config says."""
+        return self.config.get("kind") or "grpo"
 
     @property
     def uses_judge(self) -> bool:
@@ -108,6 +118,8 @@ class TrajectoryGroup(models.Model):
     index = models.PositiveIntegerField()
     scenario = models.ForeignKey(Scenario, null=True, blank=True, on_delete=models.SET_NULL)
     scenario_external_id = models.CharField(max_length=200)
+    role = models.CharField(max_length=40, blank=True, default="",
+                            help_text="The part its trajectories played in a game with several players ('' for one).")
     reward_mean = models.FloatField(null=True, blank=True)
     reward_std = models.FloatField(null=True, blank=True)
     skipped = models.BooleanField(default=False)
@@ -152,6 +164,9 @@ class Trajectory(models.Model):
     metadata = models.JSONField(default=dict, blank=True)
     rubric_version = models.ForeignKey(RubricVersion, null=True, blank=True, on_delete=models.SET_NULL)
     judge_model = models.CharField(max_length=300, blank=True)
+    role = models.CharField(max_length=40, blank=True, default="", help_text="The part played ('x', 'spymaster').")
+    episode = models.CharField(max_length=40, blank=True, default="", db_index=True,
+                               help_text="Shared by the sides of one game: its other trajectories are the other sides.")
 
     class Meta:
         ordering = ["group_id", "rank", "index"]

@@ -58,7 +58,8 @@ def for_user(*, user, queryset: QuerySet[M], path: str = "project") -> QuerySet[
 
 
 def run_get(*, user, run_id: int, role: str = Role.VIEWER) -> Run:
-    run = (Run.objects.select_related("project", "agent", "scenario_set", "rubric_version__rubric", "judge_config")
+    run = (Run.objects.select_related("project", "agent", "scenario_set", "rubric_version__rubric", "judge_config",
+                                      "dataset_version__dataset")
            .filter(pk=run_id).first())
     if run is None:
         raise Http404("no such run")

@@ -44,5 +44,6 @@ def run_evaluation_data(*, run: Run) -> dict[str, Any]:
     if rated:
         max(rated, key=lambda row: (row["win_rate"], row["checkpoint"].step_index))["best"] = True
     failures = list(run.events.filter(kind="evaluation_failed").order_by("seq").values_list("payload", flat=True))
+    trackers = list(run.events.filter(kind="tracker_failed").order_by("seq").values_list("payload", flat=True))
     return {"chart": {"curve": curve, "monitors": monitors, "labels": MONITOR_SERIES}, "alerts": alerts,
-            "checkpoints": checkpoints, "failures": failures}
+            "checkpoints": checkpoints, "failures": failures, "tracker_failures": trackers}

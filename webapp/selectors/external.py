@@ -2,14 +2,16 @@
 `rollouts_wanted` / `rollouts_closed` events), the run page's panel, and the groups the runner forwards."""
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Iterable
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.db.models import F
 from django.utils import timezone
 
-from webapp.models import ExternalClient, ExternalGroup, ProjectToken, Role, Run, RunEvent, RunStatus
+from webapp.models import ExternalCall, ExternalClient, ExternalGroup, ProjectToken, Role, Run, RunEvent, RunStatus
 from webapp.models.runs import ACTIVE_STATUSES
 from webapp.selectors.access import run_get
 
@@ -35,9 +37,10 @@ def rollouts_wanted_latest(*, run: Run) -> RunEvent | None:
     return RunEvent.objects.filter(run=run, kind="rollouts_wanted").order_by("-seq").first()
 
 
-def rollouts_open_step(*, run: Run) -> RunEvent | None:
-    """The newest `rollouts_wanted` not followed by the `rollouts_closed` of its step, while the run is active."""
-    wanted = rollouts_wanted_latest(run=run)
+def rollouts_open_step(*, run: Run, wanted: RunEvent | None = None) -> RunEvent | None:
+    """The newest `rollouts_wanted` (`wanted`, when the caller has it) not followed by the `rollouts_closed` of its
+    step, while the run is active."""
+    wanted = wanted or rollouts_wanted_latest(run=run)
     if wanted is None or run.status not in ACTIVE_STATUSES:
         return None
     step = wanted.payload.get("step")
@@ -101,7 +104,22 @@ def external_panel(*, run: Run, now: datetime | None = None) -> dict[str, Any]:
     clients = list(ExternalClient.objects.filter(run=run, last_seen__gte=now - timedelta(seconds=CONNECTED_S))
                    .order_by("client_id"))
     return {**state, "clients": clients, "submitted": sum(g["submitted"] for g in state["groups"]),
-            "wanted": len(state["groups"]), "groups_total": ExternalGroup.objects.filter(run=run).count()}
+            "wanted": len(state["groups"]), "groups_total": ExternalGroup.objects.filter(run=run).count(),
+            "calls_total": ExternalCall.objects.filter(run=run).count(),
+            "calls_keep_days": settings.STUDIO_EXTERNAL_CALLS_KEEP_DAYS}
+
+
+def external_calls_jsonl(*, run: Run) -> Iterable[str]:
+    """The run's recorded calls, one JSON line each, oldest first, as stored: `messages` are the ones the call
+    added after its `parent` call's (all it was sent when it has none), so a call's whole request is its
+    parent's whole request followed by its own messages."""
+    rows = ExternalCall.objects.filter(run=run).order_by("id")
+    for call in rows.iterator(chunk_size=200):
+        yield json.dumps({
+            "id": call.pk, "trajectory_id": call.trajectory_key, "step": call.step, "parent": call.parent_id,
+            "messages": call.messages, "tools": call.tools, "model": call.model, "choices": call.choices,
+            "completion_tokens": call.completion_tokens, "created": call.created.isoformat()},
+            ensure_ascii=False) + "\n"
 
 
 def external_groups_to_forward(*, run_id: int, after_step: int | None = None) -> list[ExternalGroup]:

@@ -11,7 +11,7 @@ import json
 from collections import defaultdict
 from typing import Any, Iterable
 
-from judging.labels import MENTION, relabel
+from judging.labels import mentions_judge_ids, relabel
 from judging.prompt import canonical
 from webapp.models import Run, RunStatus, ScoreOverride, Trajectory, TrajectoryGroup
 from webapp.models.runs import trajectory_label
@@ -92,7 +92,7 @@ def explanation_for_people(*, text: str, trajectories: list[Trajectory],
     """`text` (one of this group's judge explanations) with the judge's presentation numbers replaced by the
     stable labels of the pass it came from. `calls`: the judge calls that scored the group (default: the ones
     recorded with the run). Plain text in, plain text out: templates still escape it."""
-    if not text or not MENTION.search(text):
+    if not mentions_judge_ids(text):
         return text
     needles = {json.dumps(text)[1:-1], json.dumps(text, ensure_ascii=False)[1:-1]}
     accepted = [c for c in calls if not c.get("rejected")] if calls is not None else _calls(trajectories)

@@ -9,7 +9,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
-from studio.key_policy import key_policy_refusal
+from studio.key_policy import key_policy_refusal, normalise_base
 from webapp.models import Agent, JudgeConfig, Project, Role, Rubric, RubricVersion, Scenario, ScenarioSet
 from webapp.services.access import require_role
 from webapp.services.mcp_servers import mcp_environment_options_clean
@@ -70,10 +70,15 @@ def _external_options(options: dict[str, Any]) -> dict[str, Any]:
     from training.environments.external import ExternalOptions
 
     try:
-        return ExternalOptions.model_validate(options).model_dump(mode="json")
+        checked = ExternalOptions.model_validate(options).model_dump(mode="json")
     except OptionsError as err:
         raise ValidationError({"environment_options": [
             f"{'.'.join(map(str, e['loc'])) or 'options'}: {e['msg']}" for e in err.errors()]}) from None
+    ceiling = settings.STUDIO_EXTERNAL_UPSTREAM_TIMEOUT_S
+    if (checked.get("upstream_timeout_s") or 0) > ceiling:
+        raise ValidationError({"environment_options": [
+            f"upstream_timeout_s: at most {ceiling:g} s on this deployment (STUDIO_EXTERNAL_UPSTREAM_TIMEOUT_S)"]})
+    return checked
 
 
 def agent_create(*, user, project: Project, **fields: Any) -> Agent:
@@ -237,7 +242,18 @@ def rubric_version_create(*, user, rubric: Rubric, text: str,
     return version
 
 
+def judge_key_destination(*, model: str, api_base: str | None) -> tuple[str, str]:
+    """Where a judge's stored key is sent: the model's provider (litellm's `provider/` prefix) and the API base."""
+    provider = model.split("/", 1)[0].strip().lower() if "/" in (model or "") else ""
+    return provider, normalise_base(api_base).lower()
+
+
 def _apply_judge_fields(judge: JudgeConfig, fields: dict[str, Any]) -> None:
+    """Sets the fields; `judge.key_dropped` is True when a stored key was removed because its destination (the
+    API base or the model's provider) changed and the same request gave no key again: secrets follow their
+    destination, never sent where nobody typed them."""
+    destination = judge_key_destination(model=judge.model, api_base=judge.api_base) if judge.pk else None
+    judge.key_dropped = False  # type: ignore[attr-defined]
     for key in ("name", "model", "api_base", "api_key_env", "temperature", "passes", "concurrency", "budget_usd"):
         if key in fields:
             setattr(judge, key, fields[key])
@@ -258,6 +274,10 @@ def _apply_judge_fields(judge: JudgeConfig, fields: dict[str, Any]) -> None:
     if errors:
         raise ValidationError(errors)
     api_key = fields.get("api_key")
+    if (judge.api_key_encrypted and not api_key and destination is not None
+            and judge_key_destination(model=judge.model, api_base=judge.api_base) != destination):
+        judge.api_key_encrypted = ""
+        judge.key_dropped = True  # type: ignore[attr-defined]
     if api_key:
         judge.api_key_encrypted = secret_encrypt(plaintext=api_key)
     if fields.get("clear_api_key"):
@@ -274,7 +294,9 @@ def judge_config_create(*, user, project: Project, **fields: Any) -> JudgeConfig
 
 
 def judge_config_update(*, user, judge: JudgeConfig, **fields: Any) -> JudgeConfig:
-    """A blank `api_key` keeps the stored one (the form never shows it back); `clear_api_key` removes it."""
+    """A blank `api_key` keeps the stored one (the form never shows it back) while the API base and the model's
+    provider stay; changing either drops it unless the request gives one again (`judge.key_dropped`);
+    `clear_api_key` removes it."""
     require_role(user=user, project=judge.project, role=Role.EDITOR)
     _apply_judge_fields(judge, fields)
     _save(judge, unique_message="a judge with this name already exists in the project")

@@ -4,7 +4,6 @@ calls and built into the engine's trajectory (training.external.assemble_traject
 the tokens that were sampled); the runner forwards stored groups to the engine (execution/runner.py)."""
 from __future__ import annotations
 
-import re
 from datetime import timedelta
 from typing import Any
 
@@ -13,13 +12,12 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from training.external import StaleModel, UnsampledTurn, assemble_trajectory
+from training.external import StaleModel, UnsampledTurn, assemble_trajectory, group_opening
 from webapp.live.ingest import run_app_event_publish
 from webapp.models import ExternalCall, ExternalClient, ExternalGroup, ExternalTrajectory, ProjectToken, Run
 from webapp.selectors.external import CONNECTED_S, rollouts_open_step
+from webapp.services.external_calls import ID_PATTERN, external_call_conversations
 from webapp.storable import storable
-
-ID_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
 class ExternalRefusal(Exception):
@@ -62,27 +60,6 @@ def external_client_seen(*, run: Run, client_id: str) -> ExternalClient:
     return client
 
 
-def _choice_record(choice: dict[str, Any]) -> dict[str, Any]:
-    """A sampled answer as assemble_trajectory reads it: the message, its token ids and their log-probs."""
-    logprobs = choice.get("logprobs") or {}
-    content = logprobs.get("content") if isinstance(logprobs, dict) else None
-    return {"message": choice.get("message") or {}, "token_ids": choice.get("token_ids"),
-            "logprobs": [item.get("logprob") for item in content] if isinstance(content, list) else None,
-            "finish_reason": choice.get("finish_reason")}
-
-
-def external_call_record(*, run: Run, trajectory_key: str, request: dict[str, Any],
-                         completion: dict[str, Any]) -> ExternalCall:
-    external_id_check(value=trajectory_key, field="X-Trajectory-Id")
-    usage = completion.get("usage") or {}
-    return ExternalCall.objects.create(
-        run=run, trajectory_key=trajectory_key,
-        model=storable(str(completion.get("model") or request.get("model") or "")[:300]),
-        request=storable({"messages": request.get("messages") or [], "tools": request.get("tools")}),
-        choices=storable([_choice_record(c) for c in completion.get("choices") or [] if isinstance(c, dict)]),
-        completion_tokens=int(usage.get("completion_tokens") or 0))
-
-
 def _checked(run: Run, wanted: dict[str, Any], group_index: int, trajectories: list[dict[str, Any]]) -> None:
     """The body's limits and references, before any work (the sizes are 413s, the rest 400s)."""
     indexes = [int(g["group_index"]) for g in wanted.get("groups") or []]
@@ -104,11 +81,21 @@ def _checked(run: Run, wanted: dict[str, Any], group_index: int, trajectories: l
         raise ValidationError({"trajectories": ["this run has no judge: every trajectory needs its `reward`"]})
 
 
+def _step_calls(run: Run, key: str, step: int) -> list[dict[str, Any]]:
+    """The trajectory's calls recorded for this step, each with everything it was sent (rebuilt from its parents,
+    which may be older calls of the same id)."""
+    calls = list(ExternalCall.objects.filter(run=run, trajectory_key=key).order_by("id"))
+    rebuilt = external_call_conversations(calls)
+    return [c for c, row in zip(rebuilt, calls) if row.step == step]
+
+
 def external_group_submit(*, user, token: Any, run: Run, step: int, group_index: int,
                           trajectories: list[dict[str, Any]]) -> ExternalGroup:
     """Stores a submitted group, each trajectory built from its recorded calls. Refuses: 409 when the step is not
     open, the group came already, an id was used before or a turn was sampled with another step's adapter; 413 over
-    the limits; 422 a turn that was never sampled (unless the run allows it); 400 anything else malformed."""
+    the limits; 422 a turn that was never sampled (unless the run allows it), or sampled after other messages than
+    the ones before it, or a trajectory that does not open with the run's system prompt and the group's scenario;
+    400 anything else malformed."""
     wanted_event = rollouts_open_step(run=run)
     if wanted_event is None or int(wanted_event.payload.get("step", -1)) != step:
         open_step = wanted_event.payload.get("step") if wanted_event else None
@@ -124,14 +111,14 @@ def external_group_submit(*, user, token: Any, run: Run, step: int, group_index:
     if used:
         raise ExternalRefusal(f"trajectory id(s) {', '.join(sorted(used))} were used in an earlier group; each "
                               "trajectory needs a new id")
-    scenario_id = str((next(g for g in wanted["groups"] if int(g["group_index"]) == group_index)
-                       .get("scenario") or {}).get("id", ""))
+    scenario = next(g for g in wanted["groups"] if int(g["group_index"]) == group_index).get("scenario") or {}
+    opening = group_opening(scenario, str(wanted.get("system_prompt") or ""))
     assembled = []
     for t in trajectories:
-        calls = [c.as_call() for c in ExternalCall.objects.filter(run=run, trajectory_key=t["id"]).order_by("id")]
         try:
             assembled.append(assemble_trajectory(
-                scenario_id=scenario_id, calls=calls, messages=t.get("messages"), reward=t.get("reward"),
+                scenario_id=str(scenario.get("id", "")), calls=_step_calls(run, t["id"], step), opening=opening,
+                messages=t.get("messages"), reward=t.get("reward"),
                 metadata={**(t.get("metadata") or {}), "trajectory_id": t["id"]}, model=str(wanted.get("model")),
                 allow_unsampled=bool(wanted.get("allow_unsampled"))))
         except UnsampledTurn as err:

@@ -75,3 +75,24 @@ def judge_config_reachable_check(*, user, judge: JudgeConfig) -> None:
         why = user_error(result["error"])
         raise ValidationError({"judge_config": [
             f"The judge did not answer a test request, so the run was not queued. {why.what} {why.todo}".strip()]})
+
+
+def judge_readiness(*, judge: JudgeConfig) -> int:
+    """How ready `judge` is to answer from this process, for choosing a default: 2 it answered a test (or a
+    launch check) in the last few minutes, 1 its key is at hand (stored, or its key variable is set here, or it
+    names no key variable), 0 its key variable is not set here or its parameters are refused."""
+    from judging.errors import JudgeError
+
+    if judge.api_key_env and not os.environ.get(judge.api_key_env):
+        return 0
+    try:
+        params = judge_request_params(judge=judge)
+    except (JudgeError, ValueError):
+        return 0
+    return 2 if cache.get(_answered_key(judge, params)) else 1
+
+
+def judge_pick_working(*, judges: list[JudgeConfig]) -> JudgeConfig | None:
+    """The judge to preselect where a page asks for one: the readiest (judge_readiness), in the given order
+    among equals; None when there is none."""
+    return max(judges, key=lambda j: judge_readiness(judge=j), default=None)

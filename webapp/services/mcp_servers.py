@@ -1,46 +1,54 @@
-"""MCP servers of a project: adding and editing them, listing their tools live ("test connection"), and the
-server spec an agent's runs freeze into their config (training.environments.mcp).
+"""MCP servers of a project: adding and editing them, listing their tools ("test connection", run by a worker)
+and the server spec an agent's runs freeze into their config (training.environments.mcp).
 
-Who may do what (docs/mcp.md, Security): a stdio server is a program the workers run with their own user and
-network, so adding one, changing one, or turning a server into one is for the project's owner or a site
-administrator; editors may add and edit HTTP servers, and every member may read the tools.
+Who may do what (docs/security.md, Roles): editors add, edit and delete a project's servers and test them; every
+member reads the tools. A stdio server is a program the workers run, so no member writes one: it names an entry
+of the deployment's catalogue (STUDIO_MCP_STDIO_SERVERS, webapp/mcp_catalogue.py), which only site administrators
+edit; a request that carries a command, arguments, environment or working directory is refused, naming them.
+Secrets follow their destination: an HTTP server whose URL moves to another origin loses its stored headers
+unless the same request gives them again.
 """
 from __future__ import annotations
 
-import asyncio
 import json
-import time
-from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 from pydantic import ValidationError as PydanticError
 
+from webapp.execution.dispatch import MCP_TEST, work_enqueue
 from webapp.mcp_hosts import McpHostNotAllowed, check_url_allowed, parse_host_rules
 from webapp.models import McpServer, Project, Role
 from webapp.services.access import require_role
 from webapp.services.secrets import secret_decrypt, secret_encrypt
-from webapp.storable import storable
 
-SERVER_FIELDS = ("name", "transport", "command", "args", "env", "url", "per_call_timeout_s", "max_result_chars",
+SERVER_FIELDS = ("name", "transport", "catalogue_entry", "url", "per_call_timeout_s", "max_result_chars",
                  "max_concurrent_calls")
-TEST_STARTUP_TIMEOUT_S = 20.0
+# What a person may never send for a server: the catalogue names the program and how it runs.
+COMMAND_FIELDS = ("command", "args", "env", "cwd")
 HEADER_ENV_PREFIX = "STUDIO_MCP_HEADER_"
+COMMAND_REFUSED = ("a stdio MCP server runs a program of this deployment's catalogue: {fields} cannot be set by "
+                   "a project member; choose a catalogue entry ({entries}), or ask a site administrator to add "
+                   "the server to STUDIO_MCP_STDIO_SERVERS")
 
 
-def is_project_admin(*, user, project: Project) -> bool:
-    """The owner of the project, or a site administrator: the people who may make workers run a command."""
-    return bool(getattr(user, "is_authenticated", False)) and (
-        project.owner_id == user.id or bool(getattr(user, "is_superuser", False)))
+def mcp_catalogue_entries() -> dict[str, Any]:
+    """The deployment's stdio servers, {name: CatalogueEntry}."""
+    return dict(settings.STUDIO_MCP_STDIO_SERVERS)
 
 
-def _require_stdio_admin(user, project: Project) -> None:
-    if not is_project_admin(user=user, project=project):
-        raise PermissionDenied("a stdio MCP server is a command the workers run: only the project's owner or a "
-                               "site administrator may add or change one")
+def mcp_command_fields_refuse(*, sent: Any) -> None:
+    """ValidationError naming each command field in `sent` (a form's or a request's data): refused whatever
+    the value, before anything is stored."""
+    named = [key for key in COMMAND_FIELDS if key in sent]
+    if named:
+        message = COMMAND_REFUSED.format(fields=", ".join(named), entries=", ".join(sorted(mcp_catalogue_entries())))
+        raise ValidationError({key: [message] for key in named})
 
 
 def _decrypt(token: str, what: str) -> dict[str, str]:
@@ -57,30 +65,29 @@ def _headers(server: McpServer) -> dict[str, str]:
 
 def _check(server: McpServer, headers: dict[str, str]) -> None:
     """The engine's own spec models decide what a valid server is; their complaints name the field."""
-    from training.environments.mcp_session import HttpServer, StdioServer
+    from training.environments.mcp_session import HttpServer
 
     errors: dict[str, list[str]] = {}
     if server.transport == McpServer.Transport.STDIO:
-        model: Any = StdioServer
-        data: dict[str, Any] = {"transport": "stdio", "command": server.command, "args": server.args,
-                                "env": server.env}
+        entries = mcp_catalogue_entries()
+        if server.catalogue_entry not in entries:
+            errors["catalogue_entry"] = [f"choose one of this deployment's stdio servers: {', '.join(sorted(entries))}"]
     elif server.transport == McpServer.Transport.HTTP:
-        model, data = HttpServer, {"transport": "http", "url": server.url, "headers": headers}
+        try:
+            HttpServer.model_validate({"transport": "http", "url": server.url, "headers": headers})
+        except PydanticError as err:
+            for problem in err.errors():
+                key = str(problem["loc"][0]) if problem["loc"] else "transport"
+                message = {"url": "give an http:// or https:// address, e.g. http://127.0.0.1:8765/mcp"}.get(
+                    key, problem["msg"])
+                errors.setdefault(key, []).append(message)
+        if "url" not in errors:
+            try:
+                mcp_url_check(url=server.url)
+            except McpHostNotAllowed as err:
+                errors["url"] = [str(err)]
     else:
         raise ValidationError({"transport": ["choose stdio or HTTP"]})
-    try:
-        model.model_validate(data)
-    except PydanticError as err:
-        for problem in err.errors():
-            key = str(problem["loc"][0]) if problem["loc"] else "transport"
-            message = {"url": "give an http:// or https:// address, e.g. http://127.0.0.1:8765/mcp",
-                       "command": "give the command the workers run, e.g. python"}.get(key, problem["msg"])
-            errors.setdefault(key, []).append(message)
-    if server.transport == McpServer.Transport.HTTP and "url" not in errors:
-        try:
-            mcp_url_check(url=server.url)
-        except McpHostNotAllowed as err:
-            errors["url"] = [str(err)]
     if not 0 < server.per_call_timeout_s <= 600:
         errors["per_call_timeout_s"] = ["the per-call timeout must be above 0 and at most 600 seconds"]
     if not 100 <= server.max_result_chars <= 200_000:
@@ -91,21 +98,41 @@ def _check(server: McpServer, headers: dict[str, str]) -> None:
         raise ValidationError(errors)
 
 
-def _apply(server: McpServer, fields: dict[str, Any]) -> None:
+def url_origin(url: str) -> tuple[str, str, int | None]:
+    """(scheme, host, port) with the default port filled in: where a request and its headers go."""
+    parts = urlsplit(url or "")
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    scheme = parts.scheme.lower()
+    return scheme, (parts.hostname or "").rstrip(".").lower(), port or {"http": 80, "https": 443}.get(scheme)
+
+
+def _apply(server: McpServer, fields: dict[str, Any]) -> list[str]:
+    """Sets the fields; returns the names of stored headers dropped because the URL moved to another origin."""
+    mcp_command_fields_refuse(sent=fields)
+    stored_origin = url_origin(server.url) if server.pk and server.url else None
     for key in SERVER_FIELDS:
         if key in fields and fields[key] is not None:
             setattr(server, key, fields[key].strip() if isinstance(fields[key], str) else fields[key])
     headers = _headers(server)
+    dropped: list[str] = []
+    given = fields.get("headers") or {}
+    if stored_origin is not None and url_origin(server.url) != stored_origin:
+        # Secrets follow their destination: a header stored for one origin is never sent to another.
+        dropped, headers = sorted(set(headers) - set(given)), {}
     if fields.get("clear_headers"):
         headers = {}
-    headers.update(fields.get("headers") or {})  # a blank value on the form keeps the stored one
+    headers.update(given)  # a blank value on the form keeps the stored one
     if server.transport == McpServer.Transport.STDIO:
         headers, server.url = {}, ""
     else:
-        server.command, server.args, server.env = "", [], {}
+        server.catalogue_entry = ""
     _check(server, headers)
     server.header_names = sorted(headers)
     server.headers_encrypted = secret_encrypt(plaintext=json.dumps(headers)) if headers else ""
+    return dropped
 
 
 def _save(server: McpServer) -> None:
@@ -117,44 +144,39 @@ def _save(server: McpServer) -> None:
         raise ValidationError({"name": ["an MCP server with this name already exists in the project"]}) from None
 
 
-def mcp_url_check(*, url: str) -> None:
-    """McpHostNotAllowed unless the web process may send a request to `url` (STUDIO_MCP_ALLOWED_HOSTS): checked
-    when a server is saved and again before every request the web process makes to it (the name may resolve
-    elsewhere by then)."""
-    check_url_allowed(url, parse_host_rules(settings.STUDIO_MCP_ALLOWED_HOSTS))
+def mcp_url_check(*, url: str) -> list[Any]:
+    """McpHostNotAllowed unless a worker testing the server may send a request to `url`
+    (STUDIO_MCP_ALLOWED_HOSTS): checked when a server is saved and again before every test, where the
+    connection then goes to the address that was checked (webapp/execution/mcp_testing.py)."""
+    return check_url_allowed(url, parse_host_rules(settings.STUDIO_MCP_ALLOWED_HOSTS))
 
 
 def mcp_server_create(*, user, project: Project, **fields: Any) -> McpServer:
     """`headers` (HTTP): {name: value}, encrypted before it touches the database and never returned."""
     require_role(user=user, project=project, role=Role.EDITOR)
-    if fields.get("transport") == McpServer.Transport.STDIO:
-        _require_stdio_admin(user, project)
     server = McpServer(project=project, created_by=user if getattr(user, "is_authenticated", False) else None)
-    _apply(server, fields)
+    server.headers_dropped = _apply(server, fields)  # type: ignore[attr-defined]
     _save(server)
     return server
 
 
 def mcp_server_update(*, user, server: McpServer, **fields: Any) -> McpServer:
-    """A blank header value keeps the stored one; `clear_headers` removes them all. Runs already launched keep
-    the spec they froze."""
+    """A blank header value keeps the stored one; `clear_headers` removes them all; a URL of another origin
+    (scheme, host or port) drops the stored headers not given again (`server.headers_dropped` names them).
+    Runs already launched keep the spec they froze."""
     require_role(user=user, project=server.project, role=Role.EDITOR)
-    if McpServer.Transport.STDIO in (server.transport, fields.get("transport")):
-        _require_stdio_admin(user, server.project)
-    _apply(server, fields)
+    server.headers_dropped = _apply(server, fields)  # type: ignore[attr-defined]
     _save(server)
     return server
 
 
 def mcp_server_delete(*, user, server: McpServer) -> None:
-    """Deletes a server no agent uses (a stdio one: the owner's or a site admin's, as to change it). Runs already
-    launched keep the spec they froze, so they show, resume and fork as before. An agent that uses the server
-    refuses the deletion, naming the agents: detaching it would leave the agent unable to launch."""
+    """Deletes a server no agent uses. Runs already launched keep the spec they froze, so they show, resume and
+    fork as before. An agent that uses the server refuses the deletion, naming the agents: detaching it would
+    leave the agent unable to launch."""
     from webapp.selectors.mcp import mcp_server_agents
 
     require_role(user=user, project=server.project, role=Role.EDITOR)
-    if server.transport == McpServer.Transport.STDIO:
-        _require_stdio_admin(user, server.project)
     # An agent saved with this server between the check and the delete is not caught here: its launch then
     # says plainly that it has no MCP server of the project and to choose one (mcp_agent_environment_options).
     if agents := mcp_server_agents(server=server):
@@ -166,10 +188,17 @@ def mcp_server_delete(*, user, server: McpServer) -> None:
 
 
 def mcp_server_spec(*, server: McpServer) -> dict[str, Any]:
-    """The engine's server spec as a run freezes it: header values are replaced by the names of the worker
-    environment variables (mcp_server_secrets) the engine reads them from."""
+    """The engine's server spec as a run freezes it: a stdio server's command from the deployment's catalogue;
+    header values replaced by the names of the worker environment variables (mcp_server_secrets) the engine
+    reads them from."""
     if server.transport == McpServer.Transport.STDIO:
-        return {"transport": "stdio", "command": server.command, "args": list(server.args), "env": dict(server.env)}
+        entry = mcp_catalogue_entries().get(server.catalogue_entry)
+        if entry is None:
+            raise ValidationError({"catalogue_entry": [
+                f"the MCP server {server.name!r} names {server.catalogue_entry or 'no'} stdio server of this "
+                f"deployment's catalogue (now: {', '.join(sorted(mcp_catalogue_entries()))}): choose one on its "
+                "page"]})
+        return {"transport": "stdio", "command": entry.command, "args": list(entry.args), "env": dict(entry.env)}
     return {"transport": "http", "url": server.url, "headers": {},
             "headers_env": {name: f"{HEADER_ENV_PREFIX}{i}" for i, name in enumerate(sorted(server.header_names))}}
 
@@ -186,46 +215,20 @@ def mcp_server_options(*, server: McpServer) -> dict[str, Any]:
             "max_result_chars": server.max_result_chars, "max_concurrent_calls": server.max_concurrent_calls}
 
 
-@dataclass
-class ConnectionTest:
-    ok: bool
-    tools: list[dict[str, Any]] = field(default_factory=list)
-    error: str = ""  # the named fault, e.g. "McpServerDidNotStart: ..."
-    latency_s: float = 0.0
-
-
-def mcp_server_test(*, user, server: McpServer) -> ConnectionTest:
-    """Starts (stdio) or connects to (HTTP) the server with the real MCP SDK and lists its tools, as a run's
-    launch does; on success the tools are kept for the detail page and the scenario generator."""
-    from training.environments.mcp_session import HttpServer, McpServerError, StdioServer, open_session
-
+def mcp_server_test_request(*, user, server: McpServer) -> McpServer:
+    """Queues a connection test for a worker (webapp/execution/mcp_testing.py): the server is started (stdio)
+    or reached (HTTP) in a child process of the executor, never in the web process; the page polls the row.
+    A test already queued or running is not queued twice."""
     require_role(user=user, project=server.project, role=Role.EDITOR)
-    if server.transport == McpServer.Transport.STDIO:
-        spec: Any = StdioServer.model_validate(mcp_server_spec(server=server))
-    else:
-        try:
-            mcp_url_check(url=server.url)
-        except McpHostNotAllowed as err:  # refused before any request leaves the web process
-            return ConnectionTest(ok=False, error=f"McpHostNotAllowed: {err}")
-        spec = HttpServer(transport="http", url=server.url, headers=_headers(server))
-
-    async def listed() -> list[dict[str, Any]]:
-        # A server that takes longer than a tool call may take to start and list its tools hangs, for a person
-        # waiting on the page (a run allows startup_timeout_s, 30 s by default).
-        async with open_session(spec, startup_timeout_s=min(TEST_STARTUP_TIMEOUT_S, server.per_call_timeout_s),
-                                per_call_timeout_s=server.per_call_timeout_s,
-                                max_result_chars=server.max_result_chars) as session:
-            return session.tools
-
-    started = time.monotonic()
-    try:
-        tools = asyncio.run(listed())
-    except McpServerError as err:
-        return ConnectionTest(ok=False, error=f"{type(err).__name__}: {err}", latency_s=time.monotonic() - started)
-    tools = storable(tools)  # the server's own text (webapp.storable)
-    server.tools, server.tools_listed_at = tools, timezone.now()
-    server.save(update_fields=["tools", "tools_listed_at", "updated_at"])
-    return ConnectionTest(ok=True, tools=tools, latency_s=time.monotonic() - started)
+    busy = Q(test_status__in=[McpServer.TestStatus.QUEUED, McpServer.TestStatus.RUNNING],
+             test_requested_at__gt=timezone.now() - McpServer.TEST_STALE_AFTER)
+    queued = McpServer.objects.filter(pk=server.pk).exclude(busy).update(
+        test_status=McpServer.TestStatus.QUEUED, test_error="", test_latency_s=None,
+        test_requested_at=timezone.now())
+    if queued:
+        transaction.on_commit(lambda: work_enqueue(name=MCP_TEST, object_id=server.pk))
+    server.refresh_from_db()
+    return server
 
 
 def _agent_server(agent: Any) -> McpServer:

@@ -9,13 +9,13 @@ takes when it hands a step's rewards to the engine, so a change is either in tha
 from __future__ import annotations
 
 import math
-import statistics
 from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from webapp.live.ingest import run_override_publish, run_status_publish
+from webapp.live.override_redo import group_follow_effective
 from webapp.models import Role, Run, RunStatus, ScoreOverride, Trajectory, TrajectoryGroup
 from webapp.services.access import require_role
 
@@ -56,28 +56,6 @@ def _set(*, user, run: Run, trajectory: Trajectory, after: float | None, kind: s
         user=user if getattr(user, "is_authenticated", False) else None)
 
 
-def _group_follow_effective(group: TrajectoryGroup, run: Run) -> None:
-    """After a human change: the group's ranks (1 = best, unrewarded last) and its reward mean / std follow
-    the effective rewards, the ones its step trains on, instead of staying in the judge's order."""
-    # Fresh rows, not a prefetch the caller may hold from before the change.
-    members = sorted(Trajectory.objects.filter(group=group),
-                     key=lambda t: (t.effective_reward is None, -(t.effective_reward or 0.0), t.index))
-    for rank, t in enumerate(members, start=1):
-        t.rank = rank
-    fields = ["rank"]
-    if group.step_index > run.reviewed_through_step:
-        # The advantages the engine computed from the judge's scores are stale now; it recomputes them from the
-        # effective rewards when the step trains (ReviewApplied). Until then no page shows a number for them.
-        for t in members:
-            t.advantage = None
-        fields.append("advantage")
-    Trajectory.objects.bulk_update(members, fields)
-    rewards = [t.effective_reward for t in members if t.effective_reward is not None]
-    group.reward_mean = statistics.fmean(rewards) if rewards else None
-    group.reward_std = statistics.pstdev(rewards) if rewards else None
-    group.save(update_fields=["reward_mean", "reward_std"])
-
-
 def _locked_run(run_id: int) -> Run:
     return Run.objects.select_for_update().get(pk=run_id)
 
@@ -96,7 +74,7 @@ def trajectory_override(*, user, trajectory: Trajectory, score: float | None, re
             raise ValidationError({"score": ["there is no override to remove"]})
         kind = ScoreOverride.Kind.CLEAR if score is None else ScoreOverride.Kind.SCORE
         override = _set(user=user, run=locked, trajectory=trajectory, after=score, kind=kind, reason=reason)
-        _group_follow_effective(trajectory.group, locked)
+        group_follow_effective(trajectory.group, locked)
         run_override_publish(run_id=run.id, group_id=trajectory.group_id, step=trajectory.group.step_index)
         return override
 
@@ -121,7 +99,7 @@ def group_reorder(*, user, group: TrajectoryGroup, order: list[int], reason: str
             if trajectory.override_score != value:
                 changes.append(_set(user=user, run=locked, trajectory=trajectory, after=value,
                                     kind=ScoreOverride.Kind.REORDER, reason=reason))
-        _group_follow_effective(group, locked)
+        group_follow_effective(group, locked)
         if changes:
             run_override_publish(run_id=run.id, group_id=group.id, step=group.step_index)
         return changes

@@ -1,6 +1,7 @@
 """Building a run's engine config from the catalogue, validated by the engine's own pydantic model."""
 from __future__ import annotations
 
+import copy
 import os
 import re
 import uuid
@@ -10,10 +11,12 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
-from webapp.models import Agent, JudgeConfig, RubricVersion, Scenario, ScenarioSet
+from webapp.models import Agent, Checkpoint, JudgeConfig, RubricVersion, Scenario, ScenarioSet
+from webapp.run_policy import override_problems
 from webapp.services.mcp_servers import mcp_agent_environment_options
 
-# Launch-form defaults sized for a CPU laptop; the advanced JSON can override any engine field.
+# Launch-form defaults sized for a CPU laptop; the advanced JSON can change the training settings of
+# webapp/run_policy.py's ALLOWED_OVERRIDES.
 DEFAULT_STEPS = 10
 DEFAULT_GROUP_SIZE = 4
 DEFAULT_GROUPS_PER_STEP = 2
@@ -65,12 +68,18 @@ def deep_merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any
 def run_config_build(*, name: str, agent: Agent, scenario_set: ScenarioSet, rubric_version: RubricVersion | None,
                      judge: JudgeConfig | None, steps: int, group_size: int, groups_per_step: int,
                      learning_rate: float, seed: int = 0, overrides: dict[str, Any] | None = None,
-                     allowed_server: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Returns RunConfig.model_dump(mode="json"); raises ValidationError naming the bad key. `allowed_server`:
-    the one MCP server spec the overrides may carry (a fork's parent's, frozen at its launch)."""
+                     parent: Checkpoint | None = None) -> dict[str, Any]:
+    """Returns RunConfig.model_dump(mode="json"); raises ValidationError naming the bad key. `overrides`: what a
+    person sent, training settings only (webapp/run_policy.py). `parent`: a fork's checkpoint: the run starts from
+    its adapter, its path read here, with the parent's model, prompt, environment (its frozen MCP server
+    included), sampling and adapter shape as the parent's config froze them. The inference server and the
+    devices are the deployment's (STUDIO_RUN_WORKER_CONFIG); the output directory is a new one under
+    STUDIO_RUNS_DIR."""
     from training import TrainingError
     from training.config import parse_run_config
 
+    if overrides and (problems := override_problems(overrides)):
+        raise ValidationError({"overrides": problems})  # before anything is read or merged
     scenarios = [
         {"id": s.external_id, "user_message": s.user_message, "context": s.context or None,
          "reference": s.reference or None, "metadata": s.metadata}
@@ -92,9 +101,6 @@ def run_config_build(*, name: str, agent: Agent, scenario_set: ScenarioSet, rubr
         "base_model": agent.base_model,
         "system_prompt": agent.system_prompt,
         "scenarios": scenarios,
-        "environment": {"kind": agent.environment_kind, "options": (
-            mcp_agent_environment_options(agent=agent) if agent.environment_kind == "mcp"
-            else agent.environment_options or {})},
         "sampling": {"temperature": agent.temperature, "top_p": agent.top_p, "max_tokens": agent.max_tokens},
         "grpo": {"group_size": group_size, "groups_per_step": groups_per_step, "learning_rate": learning_rate},
         "steps": steps,
@@ -104,37 +110,45 @@ def run_config_build(*, name: str, agent: Agent, scenario_set: ScenarioSet, rubr
                                criteria=rubric_version.criteria if rubric_version else None,
                                api_key_env=api_key_env) if judge else None,
     }
-    if allowed_server is not None and data["environment"]["kind"] == "mcp":
-        data["environment"]["options"]["server"] = allowed_server  # the fork's parent's, not merged into another
+    if parent is not None:
+        # The adapter belongs to the model, prompt and environment the parent trained, whatever the agent has
+        # been edited to since; a stored config is a snapshot, so its values are taken as stored.
+        data.update({key: copy.deepcopy(parent.run.config[key]) for key in FORK_CARRIED if key in parent.run.config})
+        data["init_checkpoint"] = parent.path
+    else:
+        data["environment"] = {"kind": agent.environment_kind, "options": (
+            mcp_agent_environment_options(agent=agent) if agent.environment_kind == "mcp"
+            else agent.environment_options or {})}
     if held_out:
         data["scenarios"] = scenarios + held_out
         data["evaluation"] = {"held_out_ids": [h["id"] for h in held_out]}
-    if overrides:
-        forbidden = {"judge", "output_dir"} & set(overrides)
-        if forbidden:
-            raise ValidationError({"overrides": [f"{', '.join(sorted(forbidden))} cannot be overridden here; "
-                                                 "choose a judge in the form"]})
-        environment = overrides.get("environment")
-        server = ((environment.get("options") or {}) if isinstance(environment, dict) else {}).get("server")
-        if server is not None and server != allowed_server:
-            # A server spec is a command the workers run: it comes from a project's MCP server, never a config.
-            raise ValidationError({"overrides": ["environment.options.server cannot be set here; choose one of "
-                                                 "the project's MCP servers on the agent"]})
-        data = deep_merge(data, overrides)
+    data = deep_merge(data, copy.deepcopy(settings.STUDIO_RUN_WORKER_CONFIG))  # copies: _serve_the_adapter writes
+    data = deep_merge(data, copy.deepcopy(overrides or {}))
+    _serve_the_adapter(data)
     try:
         config = parse_run_config(data)
     except TrainingError as err:
         raise ValidationError({"overrides": [str(err)]}) from None
-    _refuse_worker_settings(config)
+    _refuse_worker_code(config)
     return config.model_dump(mode="json")
 
 
-def _refuse_worker_settings(config: Any) -> None:
-    """Fields that name files, interpreters, command lines or code on the worker belong to whoever runs the
-    worker, not to a project's editors: through the web they could read the worker's files or run code on it."""
-    problems = [f"{key} is set on the worker, not per run" for key, value in (
-        ("scenarios_file", config.scenarios_file), ("server.python", config.server.python),
-        ("server.extra_args", config.server.extra_args)) if value]
+# What a fork takes from its parent's frozen config (the rest is the fork's form, overrides and deployment).
+FORK_CARRIED = ("base_model", "system_prompt", "environment", "lora", "sampling")
+
+
+def _serve_the_adapter(data: dict[str, Any]) -> None:
+    """The inference server accepts adapters up to server.max_lora_rank, which is the deployment's: raised to the
+    run's own lora.r, else a person's rank above it would be refused for a setting they cannot change."""
+    rank = (data.get("lora") or {}).get("r", 8)
+    server = data.setdefault("server", {})
+    if isinstance(server, dict) and isinstance(rank, int) and not isinstance(rank, bool):
+        server["max_lora_rank"] = max(int(server.get("max_lora_rank") or 8), rank)
+
+
+def _refuse_worker_code(config: Any) -> None:
+    """An agent's custom tools name code the worker imports: only from modules the worker allows."""
+    problems = []
     allowed = settings.STUDIO_TOOL_MODULES
     for tool in config.environment.options.get("custom_tools") or []:
         module = str(tool.get("function", "") if isinstance(tool, dict) else "").partition(":")[0]
@@ -142,15 +156,16 @@ def _refuse_worker_settings(config: Any) -> None:
             problems.append(f"custom tool {module!r} is not in a module the worker allows (STUDIO_TOOL_MODULES: "
                             f"{', '.join(allowed) or 'none'})")
     if problems:
-        raise ValidationError({"overrides": problems})
+        raise ValidationError({"agent": problems})
 
 
-def run_model_problems(*, config: dict[str, Any]) -> list[str]:
-    """training.preflight on a built run config: the base model exists, loads and fits, in plain sentences."""
+def run_model_problems(*, config: dict[str, Any], tools: list[dict[str, Any]] | None = None) -> list[str]:
+    """training.preflight on a built run config: the base model exists, loads and fits (its prompt and answers
+    too), in plain sentences. `tools`: an mcp agent's tools as last listed (the config names only the server)."""
     from training.config import parse_run_config
     from training.preflight import preflight
 
-    return preflight(parse_run_config(config))
+    return preflight(parse_run_config(config), tools=tools)
 
 
 def judge_key_problem(*, judge: JudgeConfig | None, environ: Mapping[str, str], where: str) -> str | None:
@@ -162,18 +177,27 @@ def judge_key_problem(*, judge: JudgeConfig | None, environ: Mapping[str, str], 
             "on the judge")
 
 
-def run_launch_check(*, config: dict[str, Any], judge: JudgeConfig | None) -> None:
+def run_launch_check(*, config: dict[str, Any], judge: JudgeConfig | None,
+                     tools: list[dict[str, Any]] | None = None) -> None:
     """The launch's checks of what a worker will need; raises ValidationError beside the field to change.
-    With the embedded executor this process is the worker, so its own environment is the one to check."""
+    With the embedded executor this process is the worker, so its own environment is the one to check.
+    `tools`: the agent's tools when its config only names where they come from (an MCP server's listing)."""
     from training.environments import needs_judge
 
     errors: dict[str, list[str]] = {}
     environment = config.get("environment") or {}
-    if judge is None and needs_judge(environment.get("kind", ""), environment.get("options") or {}):
+    # An SFT run scores answers only for its held-out win rate: without held-out scenarios it needs no judge.
+    scored = config.get("kind") != "sft" or bool(config.get("scenarios"))
+    if judge is None and scored and needs_judge(environment.get("kind", ""), environment.get("options") or {}):
         errors["judge_config"] = [f"this agent's environment ({environment.get('kind')}) gives its answers no "
                                   "reward of its own: choose a judge to score them"]
-    if settings.STUDIO_MODEL_CHECK == "launch" and (problems := run_model_problems(config=config)):
+    if settings.STUDIO_MODEL_CHECK == "launch" and (problems := run_model_problems(config=config, tools=tools)):
         errors["agent"] = problems
+    if settings.STUDIO_MODEL_CHECK == "launch" and not errors.get("agent"):
+        from webapp.services.gpu_plans import run_config_memory_refusal
+
+        if refusal := run_config_memory_refusal(config=config):  # the workers' GPUs cannot hold it: say what would
+            errors["memory_plan"] = [refusal]
     if settings.STUDIO_EXECUTOR == "inprocess" and (problem := judge_key_problem(
             judge=judge, environ=os.environ, where="in the web app's environment, where its runs execute")):
         errors["judge_config"] = [problem]

@@ -17,18 +17,22 @@ from django.utils import timezone
 
 from webapp.execution.dispatch import RUN_EXECUTE, work_enqueue
 from webapp.live.ingest import run_status_publish
-from webapp.models import Agent, Checkpoint, JudgeConfig, Project, Role, RubricVersion, Run, RunStatus, ScenarioSet
-from webapp.models.runs import ACTIVE_STATUSES
+from webapp.models import (Agent, Checkpoint, DatasetVersion, JudgeConfig, Project, Role, RubricVersion, Run,
+                           RunStatus, ScenarioSet)
+from webapp.models.runs import ACTIVE_STATUSES, PARKED
+from webapp.run_policy import text_for_people, worker_paths
+from webapp.selectors.prompt_budget import launch_tools
 from webapp.services.access import require_role
 from webapp.services.judge_probe import judge_config_reachable_check
 from webapp.services.mcp_servers import mcp_agent_run_secrets
-from webapp.services.run_config import deep_merge, run_config_build, run_launch_check
+from webapp.services.run_config import run_config_build, run_launch_check
+from webapp.services.sft_runs import sft_run_config
+from webapp.services.trackers import run_trackers_chosen, run_trackers_config, trackers_available
 
 log = logging.getLogger(__name__)
 
 
 DUPLICATE_WINDOW = timedelta(minutes=10)
-PARKED = "(parked: no engine)"  # the `worker` of a paused run whose engine was stopped (see run_park)
 
 
 class DuplicateLaunch(ValidationError):
@@ -71,25 +75,28 @@ def run_launch(*, user, project: Project, name: str, agent: Agent, scenario_set:
                steps: int, group_size: int, groups_per_step: int, learning_rate: float, seed: int = 0,
                overrides: dict[str, Any] | None = None, review_gate: bool = False,
                parent_checkpoint: Checkpoint | None = None, launch_token: str = "",
-               refuse_duplicate: bool = False) -> Run:
-    """`review_gate`: wait for a reviewer after each step's scoring. `parent_checkpoint`: a fork, starting from
-    that checkpoint's adapter (the engine's init_checkpoint). `launch_token`: the launch form's one-time token;
+               refuse_duplicate: bool = False, kind: str = "grpo", dataset_version: DatasetVersion | None = None,
+               sft: dict[str, Any] | None = None, trackers: list[str] | None = None) -> Run:
+    """`overrides`: a person's training settings (webapp/run_policy.py's allow-list; any other key is refused,
+    naming it). `review_gate`: wait for a reviewer after each step's scoring. `parent_checkpoint`: a fork,
+    starting from that checkpoint of this project (its path, the engine's init_checkpoint, is read on the
+    server, never sent). `launch_token`: the launch form's one-time token;
     a second launch with the same token returns the first run instead of starting a duplicate.
     `refuse_duplicate`: raise DuplicateLaunch when this user launched an identical run in the last
-    DUPLICATE_WINDOW (the launch form sets it unless the person chose "launch anyway")."""
+    DUPLICATE_WINDOW (the launch form sets it unless the person chose "launch anyway").
+    `kind="sft"`: teach from `dataset_version` with the `sft` options (services/sft_runs.py) instead of
+    reinforcing; the scenario set's validation scenarios then serve the held-out win rate only.
+    `trackers`: the experiment trackers (by name, among those the deployment offers) the run reports to."""
     require_role(user=user, project=project, role=Role.EDITOR)
     launch_token = (launch_token or "")[:64]
     if launch_token and (existing := project.runs.filter(launch_token=launch_token).first()) is not None:
         return existing
-    if parent_checkpoint is not None:
-        if parent_checkpoint.run.project_id != project.id:
-            raise ValidationError({"parent_checkpoint": ["choose a checkpoint of a run in this project"]})
-        overrides = {**(overrides or {}), "init_checkpoint": parent_checkpoint.path}
+    if parent_checkpoint is not None and parent_checkpoint.run.project_id != project.id:
+        raise ValidationError({"parent_checkpoint": ["choose a checkpoint of a run in this project"]})
     _same_project(project, agent=agent, scenario_set=scenario_set, rubric_version=rubric_version,
                   judge_config=judge_config)
-    parent_server = ((parent_checkpoint.run.config.get("environment") or {}).get("options") or {}).get("server") \
-        if parent_checkpoint is not None else None
-    # A fork keeps its parent's frozen MCP server, secrets included; a new run freezes the agent's server now.
+    # A fork keeps its parent's frozen MCP server (run_config_build), secrets included; a new run freezes the
+    # agent's server now.
     secrets = parent_checkpoint.run.secrets_encrypted if parent_checkpoint is not None \
         else mcp_agent_run_secrets(agent=agent)
     name = name.strip()
@@ -98,8 +105,19 @@ def run_launch(*, user, project: Project, name: str, agent: Agent, scenario_set:
     config = run_config_build(name=name, agent=agent, scenario_set=scenario_set, rubric_version=rubric_version,
                               judge=judge_config, steps=steps, group_size=group_size,
                               groups_per_step=groups_per_step, learning_rate=learning_rate, seed=seed,
-                              overrides=overrides, allowed_server=parent_server)
-    run_launch_check(config=config, judge=judge_config)
+                              overrides=overrides, parent=parent_checkpoint)
+    if kind == "sft":
+        if review_gate:
+            raise ValidationError({"review_gate": ["an SFT run scores nothing, so there is nothing to review"]})
+        config = sft_run_config(config=config, project=project, dataset_version=dataset_version, sft=sft)
+    elif kind != "grpo":
+        raise ValidationError({"kind": ["choose grpo (reinforce) or sft (teach)"]})
+    elif sft or dataset_version is not None:
+        raise ValidationError({"kind": ["a dataset and SFT options are for kind sft (teach) runs"]})
+    if (section := run_trackers_config(chosen=trackers or [])) is not None:
+        config["trackers"] = section
+    run_launch_check(config=config, judge=judge_config,
+                     tools=launch_tools(agent=agent) if parent_checkpoint is None else None)
     if refuse_duplicate and (twin := _recent_identical(user=user, project=project, config=config,
                                                        review_gate=review_gate,
                                                        parent_checkpoint=parent_checkpoint)) is not None:
@@ -111,7 +129,8 @@ def run_launch(*, user, project: Project, name: str, agent: Agent, scenario_set:
             run = Run.objects.create(
                 project=project, name=name, agent=agent, agent_version=agent.version, scenario_set=scenario_set,
                 rubric_version=rubric_version,
-                judge_config=judge_config, config=config, total_steps=config["steps"],
+                judge_config=judge_config, config=config, total_steps=config["steps"] if kind == "grpo" else 0,
+                dataset_version=dataset_version if kind == "sft" else None,
                 created_by=user if getattr(user, "is_authenticated", False) else None,
                 phase="waiting for a worker", review_gate=review_gate, launch_token=launch_token,
                 parent_checkpoint=parent_checkpoint, parent_run=parent_checkpoint.run if parent_checkpoint else None,
@@ -128,19 +147,18 @@ def run_fork(*, user, checkpoint: Checkpoint, name: str, rubric_version: RubricV
              judge_config: JudgeConfig | None, steps: int, learning_rate: float | None = None,
              overrides: dict[str, Any] | None = None, review_gate: bool = False) -> Run:
     """A new run from `checkpoint`'s adapter with the parent's agent, scenarios and sizes, and a changed rubric,
-    judge or config. The parent's `grpo`/`lora` settings carry over unless overridden."""
+    judge or training settings. The parent's model, prompt, environment, sampling and adapter shape come from
+    its frozen config (run_config_build); its group sizes and learning rate unless `overrides` change them."""
     parent = checkpoint.run
     grpo = parent.config.get("grpo", {})
-    # The parent's model, prompt and environment as it trained them: the adapter belongs to that base model,
-    # whatever the agent has been edited to since.
-    carried = {key: parent.config[key] for key in ("base_model", "system_prompt", "environment", "lora", "device",
-                                                   "sampling", "server") if key in parent.config}
     return run_launch(
         user=user, project=parent.project, name=name, agent=parent.agent, scenario_set=parent.scenario_set,
         rubric_version=rubric_version, judge_config=judge_config, steps=steps,
         group_size=grpo.get("group_size", 4), groups_per_step=grpo.get("groups_per_step", 2),
         learning_rate=learning_rate or grpo.get("learning_rate", 1e-5), seed=parent.config.get("seed", 0),
-        overrides=deep_merge(carried, overrides or {}), review_gate=review_gate, parent_checkpoint=checkpoint)
+        overrides=overrides, review_gate=review_gate, parent_checkpoint=checkpoint,
+        # a fork reports where its parent did, as far as the site still offers it
+        trackers=[t for t in run_trackers_chosen(config=parent.config) if t in trackers_available()])
 
 
 def run_enqueue(*, run: Run) -> None:
@@ -219,6 +237,9 @@ def run_park(*, run_id: int, worker: str) -> bool:
         run = Run.objects.select_for_update().filter(pk=run_id, worker=worker).first()
         if run is None:
             return False
+        # Steps after the last checkpoint are rolled out again: one whose rewards were handed over but that did
+        # not train is open to review again, so a human score given meanwhile is not called a label.
+        Run.objects.filter(pk=run_id, reviewed_through_step__gt=step or 0).update(reviewed_through_step=step or 0)
         if run.status == RunStatus.PAUSED:
             reason = run.phase if run.phase.startswith("paused") else "paused"
             note = f"; its engine stopped to let a queued run use the worker: resume continues {where}"
@@ -250,6 +271,20 @@ def run_claim(*, run_id: int, worker: str) -> bool:
                        started_at=now, attempts=F("attempts") + 1, error="", phase="starting the engine")
 
 
+def run_claim_next(*, worker: str) -> int | None:
+    """Claims the queued run launched first (FIFO across the queue) for `worker`; its id, or None when nothing
+    waits. Any free worker slot takes the oldest run, whichever task message woke it, so a run never waits
+    behind a later launch, nor for a lost message's re-send (runs_requeue_stranded)."""
+    while True:
+        candidates = list(Run.objects.filter(status=RunStatus.QUEUED).order_by("id").values_list("id", flat=True)[:20])
+        if not candidates:
+            return None
+        for run_id in candidates:
+            if run_claim(run_id=run_id, worker=worker):
+                return run_id
+        # every candidate was claimed by another worker in the meantime: look again
+
+
 def run_heartbeat(*, run_id: int, worker: str) -> None:
     Run.objects.filter(pk=run_id, worker=worker, status__in=ACTIVE_STATUSES).update(heartbeat_at=timezone.now())
 
@@ -275,8 +310,9 @@ def run_finish_after_engine(*, run_id: int, worker: str, exit_code: int, log_tai
         _transition(run_id, ACTIVE_STATUSES, status=RunStatus.CANCELLED, finished_at=timezone.now(), phase="")
         return
     error = f"the engine exited with code {exit_code} without finishing the run"
-    if log_tail.strip():
-        error += f"; last output:\n{log_tail.strip()}"
+    if log_tail.strip():  # shown to every member: the worker's paths in it are named, not spelled out
+        error += "; last output:\n" + text_for_people(log_tail.strip(), paths=worker_paths(
+            run.config or {}, runs_dir=str(settings.STUDIO_RUNS_DIR)))
     _transition(run_id, ACTIVE_STATUSES, status=RunStatus.FAILED, error=error, finished_at=timezone.now(), phase="")
 
 

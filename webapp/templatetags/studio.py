@@ -71,6 +71,17 @@ def user_error(raw: Any) -> Any:
     return explain(raw)
 
 
+@register.filter
+def run_error(run: Any) -> Any:
+    """A run's error as people read it; "resumes from its last checkpoint" only for a run that stopped mid-way
+    (failed or crashed after at least one step), where Resume does that."""
+    from webapp.models import RunStatus
+    from webapp.user_errors import user_error as explain
+
+    stopped = run.status in (RunStatus.FAILED, RunStatus.CRASHED) and run.steps_done > 0
+    return explain(run.error, resumable=stopped)
+
+
 LONG_CHARS, LONG_LINES = 500, 10  # a tool call's arguments or result longer than this start collapsed
 
 

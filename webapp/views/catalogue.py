@@ -12,7 +12,7 @@ from django.urls import reverse
 
 from webapp.selectors import access, catalogue as catalogue_selectors
 from webapp.forms import (
-    AgentForm, JudgeConfigForm, RubricForm, RubricVersionForm, ScenarioForm, ScenarioSetForm, ScenarioUploadForm,
+    AgentForm, ExampleAgentForm, JudgeConfigForm, RubricForm, RubricVersionForm, ScenarioForm, ScenarioSetForm, ScenarioUploadForm,
     apply_service_errors,
 )
 from webapp.models import Agent, JudgeConfig, Role, Rubric, Scenario, ScenarioSet
@@ -37,7 +37,25 @@ def agent_create(request: HttpRequest, project_id: int) -> HttpResponse:
         messages.success(request, f"agent {data['name']!r} created")
         return redirect("project-detail", project_id=project.id)
 
-    return handle_form(request, form, save, FORM_PAGE, {"project": project, "title": "New agent"})
+    return handle_form(request, form, save, FORM_PAGE, {"project": project, "title": "New agent",
+                                                        "budget_url": _budget_url(project.id)})
+
+
+@login_required
+def agent_from_example(request: HttpRequest, project_id: int) -> HttpResponse:
+    from webapp.services.examples import agent_from_example as create
+
+    project = _editor_project(request, project_id)
+    form = ExampleAgentForm(request.POST or None)
+
+    def save(data):
+        agent, scenario_set = create(user=request.user, project=project, **data)
+        messages.success(request, f"agent {agent.name!r} and scenario set {scenario_set.name!r} created")
+        return redirect("project-detail", project_id=project.id)
+
+    return handle_form(request, form, save, FORM_PAGE, {
+        "project": project, "title": "New agent from an example",
+        "note": "The example's agent and a scenario set generated for it (docs/examples.md)."})
 
 
 @login_required
@@ -50,7 +68,33 @@ def agent_edit(request: HttpRequest, agent_id: int) -> HttpResponse:
         messages.success(request, "agent saved")
         return redirect("project-detail", project_id=agent.project_id)
 
-    return handle_form(request, form, save, FORM_PAGE, {"project": agent.project, "title": f"Agent {agent.name}"})
+    return handle_form(request, form, save, FORM_PAGE, {"project": agent.project, "title": f"Agent {agent.name}",
+                                                        "budget_url": _budget_url(agent.project_id)})
+
+
+def _budget_url(project_id: int) -> str | None:
+    # Counting needs the model's files on this machine, as the launch check does; with it off, nothing to show.
+    return reverse("agent-prompt-budget", args=[project_id]) if settings.STUDIO_MODEL_CHECK == "launch" else None
+
+
+@login_required
+@require_POST
+def agent_prompt_budget(request: HttpRequest, project_id: int) -> HttpResponse:
+    """The agent form's warning (htmx): how much of the model's context the prompt takes, and whether the longest
+    scenario of each of the project's scenario sets still leaves room for max_tokens."""
+    from webapp.budget_forms import PromptBudgetForm
+    from webapp.selectors.prompt_budget import agent_prompt_budget as budget_of
+
+    project = _editor_project(request, project_id)
+    form = PromptBudgetForm(request.POST)
+    if not form.is_valid() or settings.STUDIO_MODEL_CHECK != "launch":
+        return render(request, "webapp/partials/prompt_budget.html", {"known": False})
+    data = form.cleaned_data
+    result = budget_of(project=project, base_model=data["base_model"], system_prompt=data["system_prompt"],
+                       environment_kind=data["environment_kind"] or "chat",
+                       environment_options=data["environment_options"], mcp_server_id=data["mcp_server"],
+                       max_tokens=data["max_tokens"])
+    return render(request, "webapp/partials/prompt_budget.html", {"known": True, **result})
 
 
 @login_required
@@ -185,11 +229,15 @@ def judge_edit(request: HttpRequest, judge_id: int) -> HttpResponse:
     def save(data):
         svc.judge_config_update(user=request.user, judge=judge, **data)
         messages.success(request, "judge saved")
+        if getattr(judge, "key_dropped", False):
+            messages.warning(request, "The API base or the model's provider changed: the stored API key was removed "
+                                      "so that it is never sent there. Enter the key for the new destination.")
         return redirect("project-detail", project_id=judge.project_id)
 
     return handle_form(request, form, save, FORM_PAGE, {
         "project": judge.project, "title": f"Judge {judge.name}", "test_judge": judge,
-        "note": "An API key is stored (encrypted); it is never shown." if judge.has_stored_key else "",
+        "note": ("An API key is stored (encrypted); it is never shown. Changing the API base or the model's "
+                 "provider removes it unless you enter a key again here." if judge.has_stored_key else ""),
         "check_url": reverse("judge-check", args=[judge.id]),
     })
 

@@ -19,9 +19,11 @@ def is_validation_request(request: HttpRequest) -> bool:
 def validation_response(request: HttpRequest, form: forms.Form) -> HttpResponse:
     """Out-of-band swaps of each field's error slot: the inputs the user is typing in are left untouched."""
     form.is_valid()
+    # Hidden fields (the launch form's one-time token) have no error slot on the page: an out-of-band swap for
+    # one would be an htmx:oobErrorNoTarget.
     html = "".join(
         render_to_string("webapp/partials/field_errors.html", {"field": form[name], "oob": True}, request=request)
-        for name in form.fields
+        for name in form.fields if not form[name].is_hidden
     )
     html += render_to_string("webapp/partials/form_errors.html", {"form": form, "oob": True}, request=request)
     return HttpResponse(html)

@@ -10,7 +10,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse_lazy
 from django.views.decorators.http import require_POST, require_safe
 
-from webapp.selectors import access, catalogue as catalogue_selectors, runs as run_selectors
+from webapp.selectors import access, catalogue as catalogue_selectors, datasets as dataset_selectors, runs as run_selectors
 from webapp.forms import MemberForm, ProjectForm, apply_service_errors
 from webapp.models import Role
 from webapp.services.projects import member_add, membership_remove, project_create
@@ -44,6 +44,7 @@ def _project_page(request: HttpRequest, project_id: int, member_form: MemberForm
         "runs": run_selectors.runs_for_project(project=project)[:50],
         "members": access.project_members(project=project), "member_form": member_form or MemberForm(),
         **catalogue_selectors.catalogue_for_project(project=project),
+        "datasets": dataset_selectors.datasets_for_project(project=project),
     }, status=status)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
+from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -48,6 +49,9 @@ def group_detail(request: HttpRequest, group_id: int) -> HttpResponse:
         "all_trajectories": group.trajectories.order_by("rank", "index"),
         **review_selectors.group_neighbours(group=group),
         "override_form": OverrideForm(), **_role_context(request, group.run.project),
+        "redo_overrides": review_selectors.group_redo_overrides(group=group),
+        "pending_overrides": review_selectors.run_pending_overrides(run=group.run)
+        if group.run.status == "paused" else None,
     })
 
 
@@ -112,14 +116,20 @@ def group_reorder(request: HttpRequest, group_id: int) -> HttpResponse:
     return _back(request, f"/groups/{group.id}/")
 
 
+QUEUE_PAGE = 50  # queue rows per page of the Review page; the pager reaches every flagged group
+
+
 @login_required
 @require_safe
 def run_review(request: HttpRequest, run_id: int) -> HttpResponse:
     run = access.run_get(user=request.user, run_id=run_id)
     agreement = review_selectors.run_agreement(run=run)
     pending = run.groups.filter(step_index=run.steps_done + 1) if run.status == "awaiting_review" else None
+    queue = review_selectors.review_queue(run=run)
+    page = Paginator(queue, QUEUE_PAGE).get_page(request.GET.get("queue_page"))
     return render(request, "webapp/run_review.html", {
-        "run": run, "project": run.project, "queue": review_selectors.review_queue(run=run), "agreement": agreement,
+        "run": run, "project": run.project, "queue": page, "queue_summary": review_selectors.review_queue_summary(
+            run=run, queue=queue), "agreement": agreement,
         "agreement_chart": {"steps": agreement["steps"]}, "overrides": review_selectors.run_overrides(run=run),
         "versions": review_selectors.project_agreement_by_version(project=run.project), "pending_groups": pending,
         **_role_context(request, run.project)})
@@ -142,17 +152,26 @@ def run_fork(request: HttpRequest, checkpoint_id: int) -> HttpResponse:
     checkpoint = access.checkpoint_get(user=request.user, checkpoint_id=checkpoint_id)
     parent = checkpoint.run
     access.project_get(user=request.user, project_id=parent.project_id, role=Role.EDITOR)
-    initial = {"name": f"{parent.name}-fork-{checkpoint.step_index}", "rubric_version": parent.rubric_version,
-               "judge_config": parent.judge_config, "review_gate": parent.review_gate}
+    reinforce = parent.kind == "sft"  # SFT → RL: the same fork, across kinds (a GRPO run from the adapter)
+    initial = {"name": f"{parent.name}-{'rl' if reinforce else 'fork'}-{checkpoint.step_index}",
+               "rubric_version": parent.rubric_version, "judge_config": parent.judge_config,
+               "review_gate": parent.review_gate}
     form = ForkForm(request.POST or None, project=parent.project, initial=initial)
 
     def save(data):
         run = run_services.run_fork(user=request.user, checkpoint=checkpoint, **data)
         return redirect("run-detail", run_id=run.id)
 
-    return handle_form(request, form, save, "webapp/form_page.html", {
-        "project": parent.project, "title": f"Fork {parent.name} from step {checkpoint.step_index}",
-        "note": "The new run starts from this checkpoint's adapter, with the parent's agent and scenarios."})
+    if reinforce:
+        title = f"Reinforce from {parent.name} step {checkpoint.step_index} (GRPO)"
+        note = ("A GRPO run whose adapter starts from this SFT checkpoint: it rolls out the scenario set's training "
+                "scenarios with the parent's agent and LoRA shape, scored by the judge you choose (or the "
+                "environment's reward).")
+    else:
+        title = f"Fork {parent.name} from step {checkpoint.step_index}"
+        note = "The new run starts from this checkpoint's adapter, with the parent's agent and scenarios."
+    return handle_form(request, form, save, "webapp/form_page.html",
+                       {"project": parent.project, "title": title, "note": note})
 
 
 @login_required

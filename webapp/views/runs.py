@@ -11,12 +11,12 @@ from django.shortcuts import redirect, render
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_POST, require_safe
 
-from webapp.selectors import access, rewards as reward_selectors, runs as run_selectors
+from webapp.selectors import access, review as review_selectors, rewards as reward_selectors, runs as run_selectors
 from webapp.selectors.evaluation import run_evaluation_data
-from webapp.selectors.external import external_panel, is_external
+from webapp.selectors.external import external_calls_jsonl, external_panel, is_external
 from webapp.forms import GroupSearchForm, LaunchForm
 from webapp.models import Role
-from webapp.services import runs as run_services
+from webapp.services import gpu_plans, runs as run_services
 from webapp.services.checkpoints import checkpoint_zip_chunks
 from webapp.views.common import handle_form
 
@@ -41,12 +41,16 @@ def run_launch(request: HttpRequest, project_id: int) -> HttpResponse:
                "scenario_set": project.scenario_sets.first()}
     # "Launch a run with it" from the playground names the rubric, judge, agent and scenarios it used.
     for field, objects in (("rubric", project.rubrics), ("judge_config", project.judge_configs),
-                           ("agent", project.agents), ("scenario_set", project.scenario_sets)):
+                           ("agent", project.agents), ("scenario_set", project.scenario_sets),
+                           ("dataset", project.datasets)):  # "Teach from it" on a dataset's page
         if request.GET.get(field, "").isdigit() and (chosen := objects.filter(pk=int(request.GET[field])).first()):
             initial[field] = chosen
+    if "dataset" in initial:
+        initial["kind"] = "sft"
     form = LaunchForm(request.POST or None, project=project, initial=initial)
 
-    def save(data):
+    def save(_cleaned):
+        data = form.launch_arguments()
         rubric, version = data.pop("rubric"), data.pop("rubric_version")
         try:
             run = run_services.run_launch(user=request.user, project=project,
@@ -57,7 +61,10 @@ def run_launch(request: HttpRequest, project_id: int) -> HttpResponse:
                           {"project": project, "form": form, "duplicate": twin.run}, status=409)
         return redirect("run-detail", run_id=run.id)
 
-    return handle_form(request, form, save, "webapp/run_launch.html", {"project": project})
+    agent = form.cleaned_data.get("agent") if form.is_bound and form.is_valid() else initial.get("agent")
+    plan = gpu_plans.agent_memory_plan_preview(agent=agent)
+    return handle_form(request, form, save, "webapp/run_launch.html",
+                       {"project": project, "memory_plan": plan and {**plan, "agent": agent.name}})
 
 
 def _run_context(request: HttpRequest, run) -> dict:
@@ -65,7 +72,9 @@ def _run_context(request: HttpRequest, run) -> dict:
     return {"run": run, "project": run.project, "can_control": role == Role.EDITOR,
             "can_review": role in (Role.REVIEWER, Role.EDITOR), "cost": run_selectors.run_judge_cost(run=run),
             "last_checkpoint": run.checkpoints.order_by("-step_index").first(), "is_external": is_external(run),
-            "events_summarized": run_selectors.run_events_summarized(run=run)}
+            "events_summarized": run_selectors.run_events_summarized(run=run),
+            "pending_overrides": review_selectors.run_pending_overrides(run=run) if run.status == "paused" else None,
+            "memory_plan": run_selectors.run_memory_plan(run=run)}
 
 
 @login_required
@@ -96,6 +105,19 @@ def run_external(request: HttpRequest, run_id: int) -> HttpResponse:
     if not is_external(run):
         raise Http404("this run's agent does not roll out in your own code")
     return render(request, "webapp/partials/external_panel.html", {"run": run, "ext": external_panel(run=run)})
+
+
+@login_required
+@require_safe
+def run_external_calls(request: HttpRequest, run_id: int) -> HttpResponse:
+    """The calls recorded through the run's endpoint, as JSONL (kept STUDIO_EXTERNAL_CALLS_KEEP_DAYS after the run
+    ends)."""
+    run = access.run_get(user=request.user, run_id=run_id)
+    if not is_external(run):
+        raise Http404("this run's agent does not roll out in your own code")
+    response = StreamingHttpResponse(external_calls_jsonl(run=run), content_type="application/jsonl")
+    response["Content-Disposition"] = f'attachment; filename="{run.config.get("name", "run")}-calls.jsonl"'
+    return response
 
 
 @login_required
@@ -186,6 +208,7 @@ def trajectory_detail(request: HttpRequest, trajectory_id: int) -> HttpResponse:
         "r": reward_selectors.trajectory_reward(trajectory=trajectory), "group_size": len(members),
         "explanation": reward_selectors.explanation_for_people(text=trajectory.explanation, trajectories=members),
         "history": trajectory.overrides.select_related("user").order_by("-id")[:20],
+        "other_sides": review_selectors.trajectory_other_sides(trajectory=trajectory),
     })
 
 

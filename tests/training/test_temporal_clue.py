@@ -1,0 +1,67 @@
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.training.scripted_policy import MODEL, scripted_client
+from training.config import SamplingConfig
+from training.environments import RolloutConfig, get_environment, parse_options
+from training.environments import temporal_clue_puzzles as puzzles
+from training.environments.temporal_clue import puzzle_scenario
+from training.errors import TrainingError
+from training.types import Scenario
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(min_value=0, max_value=2**31), people=st.integers(min_value=2, max_value=4))
+def test_every_generated_puzzle_has_exactly_one_solution_and_it_is_the_hidden_one(seed, people):
+    puzzle = puzzles.generate(seed, people=people)
+    assert puzzles.solve(puzzle) == [puzzle.solution]
+
+
+def test_a_known_puzzle_has_one_solution_found_by_the_solver():
+    people, values = ["Ada", "Bruno"], {"object": ["rope", "lantern"], "place": ["garden", "study"],
+                                        "time": ["8 pm", "9 pm"]}
+    clues = [puzzles.Clue("Ada had the rope.", lambda a: a[0][0] == 0),
+             puzzles.Clue("The person in the study arrived at 8 pm.", lambda a: a[2][a[1].index(1)] == 0),
+             puzzles.Clue("Bruno arrived before Ada.", lambda a: a[2][1] < a[2][0])]
+    puzzle = puzzles.Puzzle(people, values, clues, questions=[("Ada", "place"), ("Bruno", "object")])
+    [only] = puzzles.solve(puzzle)
+    puzzle.solution = only
+    assert puzzle.answers() == ["garden", "lantern"]  # Bruno came first, so he was in the study; Ada had the rope
+    one_short = puzzles.Puzzle(people, values, clues[:2], questions=[])
+    assert len(puzzles.solve(one_short)) > 1  # a clue short: not unique
+
+
+def test_the_same_seed_gives_the_same_puzzle_and_the_text_asks_every_question():
+    a, b = puzzles.generate(11), puzzles.generate(11)
+    assert a.text() == b.text() and a.answers() == b.answers()
+    assert a.text().count("?") == 3
+
+
+def test_answers_score_the_share_right_ignoring_case_articles_and_later_repeats():
+    reward, right = puzzles.score_answers("Reasoning...\n1. The Kitchen\n2. rope\n2. lantern\n", ["kitchen", "lantern",
+                                                                                                  "9 pm"])
+    assert right == [True, False, False] and reward == pytest.approx(1 / 3)
+    assert puzzles.score_answers("no idea", ["kitchen"])[0] == 0.0
+
+
+def test_the_environment_rewards_the_share_of_right_answers_from_the_seed_not_the_text():
+    scenario = puzzle_scenario(5)
+    answers = puzzles.generate(5).answers()
+    env = get_environment("temporal_clue")
+    config = RolloutConfig("", SamplingConfig(max_tokens=64), parse_options(env, {}))
+    reply = f"1. {answers[0]}\n2. {answers[1]}\n3. nowhere"
+    trajectory = asyncio.run(env.rollout(scripted_client([reply]), MODEL, scenario, config))
+    assert trajectory.env_reward == pytest.approx(2 / 3) and trajectory.metadata["right"] == [True, True, False]
+    assert scenario.reference and answers[0] in scenario.reference
+
+
+def test_a_scenario_without_a_seed_is_refused_with_how_to_make_one():
+    env = get_environment("temporal_clue")
+    config = RolloutConfig("", SamplingConfig(max_tokens=8), parse_options(env, {}))
+    with pytest.raises(TrainingError, match="no puzzle seed"):
+        asyncio.run(env.rollout(scripted_client(["1. x"]), MODEL, Scenario(id="s", user_message="?"), config))

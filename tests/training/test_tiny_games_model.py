@@ -1,0 +1,37 @@
+"""The games warm-up teaches the answer formats, not the games: its data, checked without building the model."""
+from __future__ import annotations
+
+from training.environments import temporal_clue_puzzles as puzzles
+from training.environments import tictactoe_rules as ttt
+from training.environments.tictactoe import parse_move
+from training.examples import EXAMPLES
+from training.tiny_games_model import PUZZLE_SEEDS, clue_episodes, tictactoe_episodes
+
+
+def test_warm_up_moves_are_well_formed_legal_and_uniformly_random_not_good_play():
+    episodes = tictactoe_episodes(200, seed=1)
+    perfect = total = 0
+    for messages in episodes:
+        for m in messages:
+            if m["role"] == "assistant":
+                assert parse_move(m["content"]) is not None
+    # The first move of each episode, against the perfect player's choice on its board: chance level, not better.
+    for messages in episodes:
+        board_text = messages[1]["content"].rsplit("Board:\n", 1)[1]
+        cells = board_text.split()
+        board = "".join(c if c in "XO" else "." for c in cells)
+        move = parse_move(messages[2]["content"])
+        assert move in ttt.legal_moves(board)
+        perfect += move in ttt.best_moves(board)
+        total += 1
+    assert perfect / total < 0.9  # a perfect teacher would score 1.0
+
+
+def test_warm_up_puzzles_are_never_the_examples_and_their_answers_are_right_by_chance_only():
+    example_seeds = {s.metadata["seed"] for s in EXAMPLES["temporal_clue"].scenarios(300, 100, seed=0)[0]}
+    assert not example_seeds & set(PUZZLE_SEEDS)
+    episodes = clue_episodes(range(PUZZLE_SEEDS.start, PUZZLE_SEEDS.start + 40), seed=0)
+    shares = [puzzles.score_answers(e[2]["content"], puzzles.generate(PUZZLE_SEEDS.start + i).answers())[0]
+              for i, e in enumerate(episodes)]
+    assert all(e[2]["content"].startswith("1. ") for e in episodes)
+    assert 0.05 < sum(shares) / len(shares) < 0.6  # about 1 in 4 values: chance

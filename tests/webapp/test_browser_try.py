@@ -1,0 +1,89 @@
+"""Using what a run trained, in a real browser (Debian chromium via Playwright, headless) against daphne with the
+embedded executor (issue 37): Try it with the base and two checkpoints of a completed run on the tiny model, side
+by side, filled in live as a reload shows it; judged by the judge double over HTTP + litellm; one answer saved as
+a scenario. Then the served checkpoint answers an `openai` client with the project's token, and another
+project's token is refused."""
+from __future__ import annotations
+
+import openai
+import pytest
+
+from tests.judge_double import JudgeDouble, marker_or_brevity
+from tests.webapp.factories import judge_factory, project_factory, rubric_factory, scenario_set_factory
+from tests.webapp.serving_world import completed_run, lora_adapters, served_app  # noqa: F401  (fixtures)
+from tests.webapp.test_browser import ARGS, CHROMIUM, SHOTS, log_in
+from webapp.models import Scenario
+from webapp.services.project_tokens import project_token_create
+
+pytestmark = [pytest.mark.django_db(transaction=True),
+              pytest.mark.browser]
+
+ANSWERS = "() => Array.from(document.querySelectorAll('.try-column')).map((c) => c.textContent.replace(/\\s+/g, ' ').trim())"
+
+
+def test_try_it_side_by_side_judged_saved_then_served_to_an_openai_client(served_app, lora_adapters,  # noqa: F811
+                                                                          tiny_model_dir):
+    from playwright.sync_api import expect, sync_playwright
+
+    project = project_factory(name="Try project")
+    run = completed_run(project=project, model_dir=tiny_model_dir, adapters=lora_adapters[:2], max_tokens=24,
+                        name="demo")
+    rubric_factory(project=project, text="Prefer short answers.")
+    scenario_set = scenario_set_factory(project=project, scenarios=0, name="kept questions")
+    judge = JudgeDouble(responder=JudgeDouble.score_by(marker_or_brevity)).__enter__()
+    judge_factory(project=project, name="double", model=judge.model, api_base=judge.api_base)
+    try:
+        with sync_playwright() as pw:  # no database call in here: Playwright's loop runs in this thread
+            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.set_default_timeout(30_000)
+            log_in(page, served_app, project.owner.username)
+            page.click("text=Try project")
+            page.click("#try-link")
+            page.select_option("#id_checkpoints", label=["demo · step 1 (demo@1)", "demo · step 2 (demo@2)"])
+            page.fill("#id_message", "What is the refund policy? <b>bold</b>")
+            page.click("#ask")
+            expect(page.locator("#try-status")).to_have_text("Done", timeout=180_000)
+            expect(page.locator(".try-column")).to_have_count(3)
+            expect(page.locator(".try-label")).to_have_text(["base", "demo@1", "demo@2"])
+            expect(page.locator(".try-column[data-status=done]")).to_have_count(3)
+            expect(page.locator("#try-server")).to_contain_text("the inference server started for this session in")
+            expect(page.locator("#try-first-answer")).to_contain_text("first answer")
+            expect(page.locator("#try-message")).to_have_text("What is the refund policy? <b>bold</b>")  # escaped
+            live = page.evaluate(ANSWERS)
+            page.reload()
+            assert page.evaluate(ANSWERS) == live
+
+            page.select_option("#id_rubric_version", index=1)
+            page.select_option("#id_judge_config", index=1)
+            page.click("#judge-these")
+            expect(page.locator("#try-judge-status")).to_have_text("Judged", timeout=60_000)
+            expect(page.locator(".try-score")).to_have_count(3)
+            assert len(judge.requests) == 1
+            SHOTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(SHOTS / "try-it.png"), full_page=True)
+
+            column = page.locator(".try-column[data-column='2']")
+            column.locator("select[name=scenario_set]").select_option(label="kept questions")
+            column.locator("input[name=external_id]").fill("refund-question")
+            column.locator("button:has-text('Save as scenario')").click()
+            expect(page.locator(".messages")).to_contain_text("saved as scenario refund-question of kept questions")
+            browser.close()
+
+    finally:
+        judge.__exit__(None, None, None)
+    saved = Scenario.objects.get(scenario_set=scenario_set, external_id="refund-question")
+    assert saved.user_message == "What is the refund policy? <b>bold</b>" and saved.metadata["answered_by"] == "demo@2"
+
+    _, key = project_token_create(user=project.owner, project=project, name="my app")
+    checkpoint = run.checkpoints.get(step_index=2)
+    client = openai.OpenAI(base_url=f"{served_app}/api/checkpoints/{checkpoint.pk}/openai/v1", api_key=key,
+                           max_retries=0, timeout=120)
+    answer = client.chat.completions.create(model="demo@2", messages=[{"role": "user", "content": "Hello"}],
+                                            max_tokens=8)
+    assert answer.model == "demo@2" and answer.choices[0].message.content is not None
+    other = project_factory()
+    _, their_key = project_token_create(user=other.owner, project=other, name="theirs")
+    with pytest.raises(openai.PermissionDeniedError):
+        openai.OpenAI(base_url=f"{served_app}/api/checkpoints/{checkpoint.pk}/openai/v1", api_key=their_key,
+                      max_retries=0).chat.completions.create(model="demo@2", messages=[{"role": "user", "content": "x"}])

@@ -1,0 +1,53 @@
+"""New agent from an example (issue 38): the example's agent and its generated scenario set, held-out ones in the
+validation split; bad input changes nothing; only editors of the project may."""
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from tests.webapp.factories import member_factory, project_factory, user_factory
+from webapp.models import Agent, Role, Scenario, ScenarioSet
+
+pytestmark = pytest.mark.django_db
+
+
+def test_an_editor_creates_the_codenames_agent_with_its_boards_and_held_out_boards(client):
+    project = project_factory()
+    client.force_login(project.owner)
+    data = {"example": "codenames", "base_model": "Qwen/Qwen2.5-0.5B-Instruct", "scenarios": 6, "held_out": 2}
+    assert client.post(reverse("agent-from-example", args=[project.id]), data).status_code == 302
+    agent = Agent.objects.get(project=project)
+    assert agent.environment_kind == "codenames" and agent.environment_options["play"] == "both"
+    scenarios = Scenario.objects.filter(scenario_set__project=project)
+    assert scenarios.filter(split=Scenario.Split.TRAIN).count() == 6
+    assert scenarios.filter(split=Scenario.Split.VALIDATION).count() == 2
+    assert all("seed" in s.metadata for s in scenarios)
+    client.post(reverse("agent-from-example", args=[project.id]), data)  # again: a second, distinctly named pair
+    assert sorted(Agent.objects.filter(project=project).values_list("name", flat=True)) == [
+        "Codenames: spymaster and guesser", "Codenames: spymaster and guesser (2)"]
+    page = client.get(reverse("project-detail", args=[project.id])).content.decode()
+    assert reverse("agent-from-example", args=[project.id]) in page
+
+
+def test_an_unknown_example_or_too_many_scenarios_is_refused_and_creates_nothing(client):
+    project = project_factory()
+    client.force_login(project.owner)
+    url = reverse("agent-from-example", args=[project.id])
+    bad = client.post(url, {"example": "chess", "base_model": "m", "scenarios": 5, "held_out": 0})
+    assert bad.status_code == 400 and "chess" in bad.content.decode()
+    assert client.post(url, {"example": "temporal_clue", "base_model": "m", "scenarios": 401,
+                             "held_out": 0}).status_code == 400
+    assert not Agent.objects.filter(project=project).exists() and not ScenarioSet.objects.filter(project=project)
+
+
+def test_a_viewer_or_an_outsider_cannot_create_an_example_agent_in_someone_elses_project(client):
+    project = project_factory()
+    viewer = member_factory(project=project, role=Role.VIEWER)
+    outsider = user_factory()
+    project_factory(owner=outsider)  # an ordinary account with a project of its own
+    data = {"example": "tictactoe-self", "base_model": "m", "scenarios": 3, "held_out": 0}
+    client.force_login(viewer)
+    assert client.post(reverse("agent-from-example", args=[project.id]), data).status_code == 403
+    client.force_login(outsider)
+    assert client.post(reverse("agent-from-example", args=[project.id]), data).status_code == 404
+    assert not Agent.objects.filter(project=project).exists()

@@ -1,0 +1,76 @@
+"""Games with several players through the web runner on the tiny offline model (issue 38): a self-play Tic Tac Toe
+run and a Codenames run complete; each episode stores one trajectory per role; groups form per role; the other
+side of a game is one click away. Small on purpose: 2 steps, one scenario a step, groups of 2."""
+from __future__ import annotations
+
+import pytest
+from django.conf import settings
+from django.test import override_settings
+from django.urls import reverse
+
+from judging.cli import GroupLine
+from tests.webapp.factories import project_factory
+from webapp.execution.runner import run_execute
+from webapp.models import RunStatus, Trajectory
+from webapp.selectors.review import run_groups_jsonl
+from webapp.services.examples import agent_from_example
+from webapp.services.run_config import deep_merge
+from webapp.services.runs import run_launch
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _game_run(example: str, model_dir, options: dict | None = None):
+    project = project_factory()
+    agent, scenario_set = agent_from_example(user=project.owner, project=project, example=example,
+                                             base_model=str(model_dir), scenarios=2, held_out=0)
+    if options:
+        agent.environment_options = {**agent.environment_options, **options}
+        agent.save()
+    worker = deep_merge(settings.STUDIO_RUN_WORKER_CONFIG, {"server": {"kind": "inprocess"}})
+    with override_settings(STUDIO_RUN_WORKER_CONFIG=worker):
+        run = run_launch(user=project.owner, project=project, name=example, agent=agent, scenario_set=scenario_set,
+                         judge_config=None, rubric_version=None, steps=2, group_size=2, groups_per_step=1,
+                         learning_rate=1e-3)
+    assert run_execute(run_id=run.id, worker="cpu@test") == RunStatus.COMPLETED, run.error
+    run.refresh_from_db()
+    return run
+
+
+def _assert_one_trajectory_per_role_per_episode(run, roles: list[str]) -> None:
+    groups = list(run.groups.order_by("step_index", "index"))
+    assert [(g.step_index, g.role) for g in groups] == [(s, r) for s in (1, 2) for r in roles]
+    for step in (1, 2):
+        by_role = {g.role: g for g in groups if g.step_index == step}
+        episodes = [sorted(by_role[r].trajectories.values_list("episode", flat=True)) for r in roles]
+        assert all(e == episodes[0] for e in episodes) and len(set(episodes[0])) == 2  # two games, every side
+        for t in by_role[roles[0]].trajectories.all():
+            assert t.role == roles[0] and t.env_reward is not None
+
+
+def test_a_self_play_tic_tac_toe_run_completes_with_groups_per_side_and_the_other_side_a_click_away(
+        client, tiny_model_dir):
+    run = _game_run("tictactoe-self", tiny_model_dir)
+    _assert_one_trajectory_per_role_per_episode(run, ["x", "o"])
+    x_side = Trajectory.objects.filter(group__run=run, role="x").first()
+    o_side = Trajectory.objects.get(group__run=run, role="o", episode=x_side.episode)
+    assert x_side.env_reward + o_side.env_reward == pytest.approx(1.0)  # one game: one side's win is the other's loss
+    client.force_login(run.project.owner)
+    page = client.get(reverse("trajectory-detail", args=[x_side.id])).content.decode()
+    assert reverse("trajectory-detail", args=[o_side.id]) in page and "The other side of this game: o" in page
+    # the export says each side's role and game, and the judging CLI reads it back
+    lines = [GroupLine.model_validate_json(line) for line in run_groups_jsonl(run=run)]
+    assert [line.review.role for line in lines] == ["x", "o", "x", "o"]
+    exported = {(t.review.role, t.review.episode) for line in lines for t in line.trajectories}
+    assert exported == set(Trajectory.objects.filter(group__run=run).values_list("role", "episode"))
+    assert (x_side.role, x_side.episode) in exported and (o_side.role, o_side.episode) in exported
+
+
+def test_a_codenames_run_completes_with_a_spymaster_group_and_a_guesser_group_sharing_each_games_reward(
+        tiny_model_dir):
+    run = _game_run("codenames", tiny_model_dir, {"rounds": 1})
+    _assert_one_trajectory_per_role_per_episode(run, ["spymaster", "guesser"])
+    for spymaster in Trajectory.objects.filter(group__run=run, role="spymaster"):
+        guesser = Trajectory.objects.get(group__run=run, role="guesser", episode=spymaster.episode)
+        assert spymaster.env_reward == guesser.env_reward
+    assert run.events.filter(kind="step_finished").count() == 2

@@ -1,0 +1,44 @@
+"""Reads for Try it and the project's server (issue 37): what the session page shows, from the rows alone."""
+from __future__ import annotations
+
+from typing import Any
+
+from django.utils import timezone
+
+from training.types import trajectory_label
+from webapp.models import ProjectServer, TrySession
+
+
+def server_line(*, server: ProjectServer | None, session: TrySession | None = None) -> str:
+    """What the server is doing, in a sentence: starting (for how long), how long its start took, or why not."""
+    if server is None:
+        return "no inference server was asked for"
+    if server.status == ProjectServer.Status.STARTING:
+        waited = (timezone.now() - server.requested_at).total_seconds() if server.requested_at else 0.0
+        where = f" on {server.worker}" if server.worker else " (waiting for a worker on queue serve)"
+        return f"starting the inference server{where}: {waited:.0f} s so far"
+    if server.status == ProjectServer.Status.FAILED:
+        return f"the inference server failed: {server.error}"
+    if session is not None and session.server_wait_s is not None:
+        if session.server_started and server.startup_s is not None:
+            return f"the inference server started for this session in {server.startup_s:.1f} s"
+        return f"the inference server was up already (waited {session.server_wait_s:.1f} s)"
+    if server.status == ProjectServer.Status.READY:
+        return f"the inference server is up (it started in {server.startup_s or 0:.1f} s)"
+    return f"the inference server is stopped{f': {server.stop_reason}' if server.stop_reason else ''}"
+
+
+def try_session_view(*, session: TrySession) -> dict[str, Any]:
+    results = session.judge_results or []
+    columns = []
+    for i, (column, answer) in enumerate(zip(session.columns, session.answers)):
+        messages = [m for m in answer.get("messages") or [] if isinstance(m, dict)]
+        shown = messages[1:] if messages and messages[0].get("role") == "system" else messages
+        final = next((str(m.get("content")) for m in reversed(messages)
+                      if m.get("role") == "assistant" and m.get("content")), "")
+        columns.append({"index": i, "letter": trajectory_label(i), "label": column["label"],
+                        "checkpoint_id": column.get("checkpoint_id"), "status": answer.get("status", "waiting"),
+                        "messages": shown, "final": final, "error": answer.get("error") or "",
+                        "seconds": answer.get("seconds"), "judged": results[i] if i < len(results) else None})
+    return {"columns": columns, "server_line": server_line(server=session.server, session=session),
+            "answered": sum(c["status"] == "done" for c in columns)}

@@ -1,0 +1,88 @@
+"""Writes to datasets: create one, add a version from an upload (checked row by row: one bad row and nothing
+is stored) or from rows the app produced (accepted distillation drafts)."""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+
+from webapp.models import Project, Role
+from webapp.models.datasets import Dataset, DatasetRow, DatasetVersion
+from webapp.services.access import require_role
+from webapp.storable import holds_nul
+
+UPLOAD_MODES = ("append", "replace")
+
+
+def dataset_create(*, user, project: Project, name: str, description: str = "") -> Dataset:
+    require_role(user=user, project=project, role=Role.EDITOR)
+    dataset = Dataset(project=project, name=name.strip(), description=description)
+    dataset.full_clean(validate_unique=False)
+    try:
+        with transaction.atomic():
+            dataset.save()
+    except IntegrityError:
+        raise ValidationError({"name": ["this project already has a dataset with that name"]}) from None
+    return dataset
+
+
+def dataset_upload(*, user, dataset: Dataset, file_name: str, data: bytes, mode: str = "append") -> DatasetVersion:
+    """A new version from a JSONL upload: the latest version's rows and the file's (`append`), or the file's
+    alone (`replace`). Any bad row refuses the whole file, each problem listed by line and field."""
+    from training.sft_data import parse_jsonl
+
+    require_role(user=user, project=dataset.project, role=Role.EDITOR)
+    if mode not in UPLOAD_MODES:
+        raise ValidationError({"mode": [f"choose one of: {', '.join(UPLOAD_MODES)}"]})
+    if len(data) > settings.STUDIO_MAX_UPLOAD_BYTES:
+        raise ValidationError({"file": [f"the file is larger than {settings.STUDIO_MAX_UPLOAD_BYTES:,} bytes; "
+                                        "split it into several uploads (append)"]})
+    conversations, errors = parse_jsonl(data, max_rows=settings.STUDIO_MAX_UPLOAD_ROWS)
+    if errors:
+        raise ValidationError({"file": [f"{file_name}: {e}" for e in errors]})
+    rows = [{**c.to_json(), "metadata": {"file": file_name[:200], "line": None}} for c in conversations]
+    _number_lines(rows, data)
+    if any(holds_nul(r) for r in rows):  # "\u0000" escapes pass JSON parsing; PostgreSQL's JSON refuses them
+        raise ValidationError({"file": [f"{file_name}: a row holds a null character (U+0000); remove it"]})
+    verb = "appended" if mode == "append" and dataset.versions.exists() else "uploaded"
+    return dataset_version_create(user=user, dataset=dataset, rows=rows, source=DatasetVersion.Source.UPLOAD,
+                                  note=f"{verb} {len(rows)} conversation{'s' if len(rows) != 1 else ''} from "
+                                       f"{file_name[:200]}", append=mode == "append")
+
+
+def _number_lines(rows: list[dict[str, Any]], data: bytes) -> None:
+    """Each row's line in its file (blank lines are skipped by the parser, so they are counted here)."""
+    text = data.decode("utf-8-sig", errors="replace")
+    lines = [n for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
+    for row, line in zip(rows, lines):
+        row["metadata"]["line"] = line
+
+
+def dataset_version_create(*, user, dataset: Dataset, rows: Iterable[dict[str, Any]], source: str, note: str,
+                           append: bool) -> DatasetVersion:
+    """The next version: the latest version's rows then `rows` ({"messages", "tools"?, "metadata"?}) when
+    `append`, else `rows` alone. Rows must already be valid conversations (callers check them)."""
+    require_role(user=user, project=dataset.project, role=Role.EDITOR)
+    new_rows = list(rows)
+    with transaction.atomic():
+        # The dataset row lock serialises two uploads to one dataset: version numbers never collide.
+        locked = Dataset.objects.select_for_update().get(pk=dataset.pk)
+        latest = locked.versions.order_by("-number").first()
+        kept = list(latest.rows.order_by("index").values("messages", "tools", "metadata")) if latest and append else []
+        total = len(kept) + len(new_rows)
+        if total > settings.STUDIO_MAX_UPLOAD_ROWS * 10:
+            raise ValidationError({"file": [f"the dataset would hold {total:,} conversations; the most a version "
+                                            f"holds is {settings.STUDIO_MAX_UPLOAD_ROWS * 10:,}"]})
+        if not total:
+            raise ValidationError({"file": ["a version needs at least one conversation"]})
+        version = DatasetVersion.objects.create(
+            dataset=locked, number=(latest.number + 1) if latest else 1, source=source, note=note[:500],
+            base=latest if append and latest else None, row_count=total,
+            created_by=user if getattr(user, "is_authenticated", False) else None)
+        DatasetRow.objects.bulk_create(
+            DatasetRow(version=version, index=i, messages=r["messages"], tools=r.get("tools") or None,
+                       metadata=r.get("metadata") or {})
+            for i, r in enumerate(kept + new_rows))
+    return version

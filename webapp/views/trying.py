@@ -1,0 +1,93 @@
+"""Try it pages (issue 37): ask the base and checkpoints side by side, judge the answers, keep one as a scenario.
+The session page re-renders from the database while it is live (htmx polling of the same template), so what it
+shows live is what a reload shows."""
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST, require_safe
+
+from webapp.forms import apply_service_errors
+from webapp.models import Role, TrySession
+from webapp.selectors import access
+from webapp.selectors.serving import try_session_view
+from webapp.services import trying as try_services
+from webapp.try_forms import TryForm, TryJudgeForm, TrySaveForm
+from webapp.views.common import handle_form
+
+
+def _roles(request: HttpRequest, project) -> dict:
+    role = access.project_role(user=request.user, project=project)
+    return {"can_edit": role == Role.EDITOR, "can_review": role in (Role.REVIEWER, Role.EDITOR)}
+
+
+@login_required
+def try_page(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = access.project_get(user=request.user, project_id=project_id)
+    agent = project.agents.filter(pk=request.GET.get("agent")).first() if request.GET.get("agent", "").isdigit() \
+        else project.agents.first()
+    initial = {"agent": agent, "system_prompt": agent.system_prompt if agent else "", "include_base": True}
+    if request.GET.get("checkpoint", "").isdigit():
+        initial["checkpoints"] = [int(request.GET["checkpoint"])]
+    form = TryForm(request.POST or None, project=project, initial=initial)
+    if request.method == "POST":
+        access.project_get(user=request.user, project_id=project_id, role=Role.EDITOR)
+
+    def save(data):
+        session = try_services.try_create(
+            user=request.user, project=project, agent=data["agent"], checkpoint_ids=[c.pk for c in data["checkpoints"]],
+            include_base=data["include_base"], system_prompt=data["system_prompt"], message=data["message"],
+            context=data["context"], scenario=data["scenario"])
+        return redirect("try-session", session_id=session.pk)
+
+    return handle_form(request, form, save, "webapp/try.html", {
+        "project": project, "recent": project.try_sessions.select_related("created_by")[:10],
+        "servers": project.servers.all(), **_roles(request, project)})
+
+
+def _session_context(request: HttpRequest, session: TrySession, **forms) -> dict:
+    project = session.project
+    return {"session": session, "project": project, "view": try_session_view(session=session),
+            "judge_form": forms.get("judge_form") or TryJudgeForm(project=project, initial={
+                "rubric_version": session.rubric_version_id, "judge_config": session.judge_config_id}),
+            "save_form": forms.get("save_form") or TrySaveForm(project=project), **_roles(request, project)}
+
+
+@login_required
+@require_safe
+def try_session(request: HttpRequest, session_id: int) -> HttpResponse:
+    session = access.in_project_get(user=request.user, model=TrySession, pk=session_id)
+    template = "webapp/partials/try_session.html" if getattr(request, "htmx", False) else "webapp/try_session.html"
+    return render(request, template, _session_context(request, session))
+
+
+@login_required
+@require_POST
+def try_judge(request: HttpRequest, session_id: int) -> HttpResponse:
+    session = access.in_project_get(user=request.user, model=TrySession, pk=session_id, role=Role.REVIEWER)
+    form = TryJudgeForm(request.POST, project=session.project)
+    if form.is_valid():
+        try:
+            try_services.try_judge_request(user=request.user, session=session, **form.cleaned_data)
+            return redirect("try-session", session_id=session.pk)
+        except ValidationError as err:
+            apply_service_errors(form, err)
+    return render(request, "webapp/try_session.html", _session_context(request, session, judge_form=form), status=400)
+
+
+@login_required
+@require_POST
+def try_save(request: HttpRequest, session_id: int) -> HttpResponse:
+    session = access.in_project_get(user=request.user, model=TrySession, pk=session_id, role=Role.EDITOR)
+    form = TrySaveForm(request.POST, project=session.project)
+    if form.is_valid():
+        try:
+            scenario = try_services.try_save_scenario(user=request.user, session=session, **form.cleaned_data)
+            messages.success(request, f"saved as scenario {scenario.external_id} of {scenario.scenario_set.name}")
+            return redirect("try-session", session_id=session.pk)
+        except ValidationError as err:
+            apply_service_errors(form, err)
+    return render(request, "webapp/try_session.html", _session_context(request, session, save_form=form), status=400)
