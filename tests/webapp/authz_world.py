@@ -56,14 +56,15 @@ def _closed_port() -> int:
         return probe.getsockname()[1]
 
 
-def build_world(tmp_path: Path) -> World:
+def build_world(tmp_path: Path, judge_api_base: str | None = None) -> World:
     project = project_factory()
     users = {"anonymous": None, "admin": project.owner,
              "other_admin": project_factory().owner}
     for role in ("viewer", "reviewer", "editor"):
         users[role] = member_factory(project=project, role=getattr(Role, role.upper()), user=user_factory())
-    # The judge's calls (test-judge, judge check) fail at once: its endpoint is a closed local port.
-    judge = judge_factory(project=project, api_base=f"http://127.0.0.1:{_closed_port()}/v1")
+    # The judge's calls (test-judge, judge check) never leave this machine: its endpoint is `judge_api_base`, else a
+    # closed local port (refused; the judge check retries that with backoff, some seconds a call).
+    judge = judge_factory(project=project, api_base=judge_api_base or f"http://127.0.0.1:{_closed_port()}/v1")
     rubric = rubric_factory(project=project)
     agent = agent_factory(project=project)
     scenario_set = scenario_set_factory(project=project)

@@ -14,6 +14,7 @@ import asyncio
 
 import re
 from dataclasses import dataclass, field
+from typing import Iterator
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -21,6 +22,7 @@ from channels.testing import WebsocketCommunicator
 from django.db import transaction
 from django.urls import URLPattern, URLResolver, get_resolver
 
+from tests.judge_double import HttpError, JudgeDouble
 from tests.webapp.authz_world import MEMBER_RANK, METHODS, ROLES, World, build_world
 
 pytestmark = pytest.mark.django_db
@@ -69,7 +71,7 @@ EXPECTED: dict[str, Entry] = {
     "rubric-detail": page(get=(V, 200), post=(E, 400)),
     "judge-create": page(get=(E, 200), post=(E, 400)),
     "judge-edit": page(get=(E, 200), post=(E, 400)),
-    "judge-test": page(post=(E, 200)),  # the failed call is the result (the world's judge port is closed)
+    "judge-test": page(post=(E, 200)),  # the failed call is the result (the world's judge answers 401)
     "judge-check": page(get=(E, 200), post=(E, 400)),  # the judge's failure shown as the form's error
     # an HTTP server; a stdio server names the deployment's catalogue, and every role's attempt to give one a
     # command is refused: tests/security/test_mcp_stdio_attacks.py (test_mcp_roles)
@@ -257,10 +259,11 @@ def test_every_url_has_an_entry_and_every_entry_a_url():
 
 
 @pytest.fixture
-def world(tmp_path) -> World:
-    # The world's judge listens on a closed local port: its calls are refused (the judge check retries them with
-    # backoff, some seconds per allowed POST), never sent off this machine.
-    return build_world(tmp_path)
+def world(tmp_path) -> Iterator[World]:
+    # The world's judge answers every call 401 (a bad key), which the judge check reports at once; a refused
+    # connection it would retry with backoff, 12 s per allowed POST.
+    with JudgeDouble(responder=lambda request: HttpError(401, "invalid api key")) as judge:
+        yield build_world(tmp_path, judge_api_base=judge.api_base)
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
