@@ -106,16 +106,19 @@ def test_evaluate_now_runs_the_engines_evaluation_of_a_checkpoint_and_records_it
     from training.loop import run as train_run
 
     project = project_factory()
+    # The run as recorded: the held-out evaluation on the local server, which Evaluate now starts.
     config = small_config(tiny_model_dir, tmp_path / "run", steps=1, evaluation={"samples": 2}, device="cpu",
-                          server={"kind": "local"})  # the local server's refusal is what the page must show
+                          server={"kind": "local"})
     run = run_factory(project=project)  # a row only: nothing executes
     Run.objects.filter(pk=run.pk).update(config=config.model_dump(mode="json"), status=RunStatus.COMPLETED)
     events = []
-    train_run(config, sink=events.append)  # a real checkpoint, recorded as the runner would
+    # Its checkpoint: a real step, trained in process and without the loop's own evaluation, so the only
+    # evaluation there is is the one asked for below.
+    train_run(small_config(tiny_model_dir, tmp_path / "run", steps=1, device="cpu"), sink=events.append)
     for e in events:
         if e.kind == "checkpoint_saved":
             run_event_ingest(run_id=run.pk, event=e.to_dict())
-    assert [e.step for e in events if e.kind == "evaluation"] == [1]  # the loop's own, not recorded here
+    assert not [e for e in events if e.kind == "evaluation"] and not run.events.filter(kind="evaluation").exists()
     checkpoint = run.checkpoints.get()
 
     client.force_login(project.owner)
