@@ -246,4 +246,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from training.process_exit import end_process
+
+    end_process(main())  # without the interpreter's finalisation, which could abort a completed run's process

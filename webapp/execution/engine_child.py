@@ -25,7 +25,6 @@ import asyncio
 import importlib
 import inspect
 import json
-import logging
 import os
 import sys
 import threading
@@ -254,19 +253,7 @@ def main() -> int:
             events.close()  # every queued event reaches the parent before the process ends
 
 
-def _end(code: int) -> None:
-    """Ends the process once the run is over and its events are written, as multiprocessing ends its children:
-    without the interpreter's finalisation. In it, a native library's exit handlers run while its threads may
-    still be up, and once in about twenty runs that aborted a completed run's process (SIGABRT, 'terminate called
-    without an active exception', no Python frame left), which the parent reads as a crash."""
-    logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(code)
-
-
 if __name__ == "__main__":
-    _end(main())
+    from training.process_exit import end_process
+
+    end_process(main())  # without the interpreter's finalisation, which could abort a completed run's process
