@@ -85,7 +85,8 @@ lint-imports: venv
 	$(BIN)/lint-imports
 
 # Two pytest-xdist workers (tests/conftest.py keeps Celery, daphne/browser, torchrun and timing-sensitive tests in
-# groups of their own); every skip is printed with its reason; the 25 slowest tests at the end.
+# groups of their own, and gives each worker's torch its share of the cores); every skip is printed with its reason;
+# the 25 slowest tests at the end.
 PYTEST_WORKERS ?= 2
 test: venv services system-deps lint-imports
 	$(BIN)/python -m pytest -q -rs -n $(PYTEST_WORKERS) --dist loadgroup --durations=25
