@@ -11,7 +11,8 @@ from django.shortcuts import redirect, render
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_safe
 
-from webapp.forms import DatasetForm, DatasetUploadForm, apply_service_errors
+from webapp.dataset_forms import DatasetForm, DatasetUploadForm
+from webapp.forms import apply_service_errors
 from webapp.models import Role
 from webapp.models.datasets import Dataset, DatasetVersion
 from webapp.selectors import access

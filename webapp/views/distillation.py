@@ -11,7 +11,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST, require_safe
 
-from webapp.forms import DistillationForm, DraftEditForm
+from webapp.dataset_forms import DistillationForm, DraftEditForm
 from webapp.models import Role
 from webapp.models.datasets import Distillation, DistillationDraft
 from webapp.selectors import access
