@@ -129,7 +129,7 @@ def mailbox_tools() -> list[dict[str, Any]]:
     import anyio
 
     from training.environments.mailbox_server.server import build_server
-    from training.environments.mcp_session import openai_tools
+    from training.environments.mcp_tools import openai_tools
 
     async def listed() -> list:
         return await build_server(seed=SERVED_SEED).list_tools()

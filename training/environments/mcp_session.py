@@ -9,7 +9,7 @@ session (and stops a stdio server) on every path: return, exception, cancellatio
 Faults are `McpServerError`s (a `TrainingError`, so at launch they refuse the run); the environment turns one
 raised mid-run into an error on that trajectory only. Each names its cause: a stdio server that exited (its code
 and last stderr line), a URL that is not MCP (a 404, an HTML page), a timeout, bytes that are not UTF-8 (at once,
-not after the startup timeout), more tools than MAX_TOOLS or a tool larger than the caps below.
+not after the startup timeout), more tools than MAX_TOOLS or a tool larger than the caps (mcp_tools.py).
 
 A stdio server runs through mcp_sandbox.py: a scrubbed environment, its own process group, CPU, memory and
 wall-time limits ($STUDIO_MCP_CPU_S, $STUDIO_MCP_MEMORY_MB, $STUDIO_MCP_WALL_S), and another user where the
@@ -21,72 +21,23 @@ from __future__ import annotations
 import codecs
 import json
 import os
-import re
 import sys
 import tempfile
 from contextvars import ContextVar
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass
 from typing import Annotated, Any, AsyncIterator, Literal, Union
 
 import anyio
 from pydantic import BaseModel, ConfigDict, Field
 
 from training.environments.mcp_sandbox import MARK as SANDBOX_MARK, RUN_AS_ENV
-from training.errors import TrainingError
+from training.environments.mcp_faults import (  # noqa: F401 - the faults are named from here too
+    McpInvalidToolSchema, McpInvalidUtf8, McpNotMcp, McpProtocolError, McpServerCrashed, McpServerDidNotStart,
+    McpServerError, McpServerExited, McpServerTimeout, McpStartTimeout, McpToolsTooLarge)
+from training.environments.mcp_tools import ToolResult, openai_tools, result_text
 
-TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what OpenAI-style function calling accepts
-# Every prompt carries the tools: a server listing thousands, or a tool of megabytes, would fill the context and
-# the pages. Above these the server is refused, naming the cap (McpToolsTooLarge).
-MAX_TOOLS = 128
-MAX_DESCRIPTION_CHARS = 4000
-MAX_SCHEMA_CHARS = 16000
 SANDBOX_LIMITS = (("STUDIO_MCP_CPU_S", "--cpu-s", "600"), ("STUDIO_MCP_MEMORY_MB", "--memory-mb", "2048"),
                   ("STUDIO_MCP_WALL_S", "--wall-s", "3600"))
-
-
-class McpServerError(TrainingError):
-    """A fault of an MCP server; the subclass names which."""
-
-
-class McpServerDidNotStart(McpServerError):
-    pass
-
-
-class McpServerTimeout(McpServerError):
-    pass
-
-
-class McpStartTimeout(McpServerDidNotStart):
-    """Started (or reached), but no handshake and tool listing within startup_timeout_s."""
-
-
-class McpServerExited(McpServerDidNotStart):
-    """A stdio server that ended before it answered: its exit code and last stderr line."""
-
-
-class McpNotMcp(McpServerDidNotStart):
-    """A URL that answers, but not as an MCP endpoint (a 404, an HTML page, another content type)."""
-
-
-class McpToolsTooLarge(McpServerError):
-    pass
-
-
-class McpServerCrashed(McpServerError):
-    pass
-
-
-class McpProtocolError(McpServerError):
-    pass
-
-
-class McpInvalidUtf8(McpProtocolError):
-    pass
-
-
-class McpInvalidToolSchema(McpServerError):
-    pass
 
 
 class StdioServer(BaseModel):
@@ -118,57 +69,6 @@ class HttpServer(BaseModel):
 
 
 ServerSpec = Annotated[Union[StdioServer, HttpServer], Field(discriminator="transport")]
-
-
-@dataclass
-class ToolResult:
-    content: str  # what the agent sees as the `tool` message
-    is_error: bool
-
-
-def openai_tools(listed: list[Any]) -> list[dict[str, Any]]:
-    """MCP tools → OpenAI `tools`; a tool whose name or input schema a model cannot be given is refused."""
-    from jsonschema import Draft202012Validator
-    from jsonschema.exceptions import SchemaError
-
-    if len(listed) > MAX_TOOLS:
-        raise McpToolsTooLarge(f"the server lists {len(listed)} tools, more than the {MAX_TOOLS} an agent may be "
-                               "given (every prompt carries them all): serve fewer tools from this server")
-    tools = []
-    for tool in listed:
-        if len(tool.description or "") > MAX_DESCRIPTION_CHARS:
-            raise McpToolsTooLarge(f"tool {tool.name[:80]!r} has a description of {len(tool.description)} "
-                                   f"characters, more than {MAX_DESCRIPTION_CHARS}")
-        size = len(json.dumps(tool.input_schema, ensure_ascii=False))
-        if size > MAX_SCHEMA_CHARS:
-            raise McpToolsTooLarge(f"tool {tool.name[:80]!r} has an input schema of {size} characters, more than "
-                                   f"{MAX_SCHEMA_CHARS}")
-        if not TOOL_NAME.match(tool.name):
-            raise McpInvalidToolSchema(f"the server lists a tool named {tool.name[:80]!r}: tool names must be 1-64 "
-                                       "letters, digits, _ or -")
-        schema = tool.input_schema
-        try:
-            Draft202012Validator.check_schema(schema)
-        except SchemaError as err:
-            raise McpInvalidToolSchema(f"tool {tool.name!r} has an invalid input schema: {err.message[:300]}") \
-                from None
-        if schema.get("type") != "object":
-            raise McpInvalidToolSchema(f"tool {tool.name!r} has an input schema of type {schema.get('type')!r}; "
-                                       "tool arguments must be an object")
-        tools.append({"type": "function", "function": {
-            "name": tool.name, "description": tool.description or "", "parameters": schema}})
-    return tools
-
-
-def result_text(result: Any, max_chars: int) -> ToolResult:
-    parts = []
-    for block in result.content:
-        text = getattr(block, "text", None)
-        parts.append(text if isinstance(text, str) else f"[{getattr(block, 'type', 'unknown')} content omitted]")
-    text = "\n".join(parts)
-    if len(text) > max_chars:
-        text = f"{text[:max_chars]}… [{len(text) - max_chars} more characters cut]"
-    return ToolResult(f"error: {text}" if result.is_error else text, bool(result.is_error))
 
 
 def _is_protocol_garbage(err: BaseException) -> bool:
