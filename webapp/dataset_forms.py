@@ -4,10 +4,8 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
-from django.conf import settings
-from django.core.exceptions import ValidationError
 
-from webapp.forms import JSONListField
+from webapp.forms import JSONListField, UploadField
 from webapp.models import Checkpoint, RubricVersion
 
 
@@ -17,18 +15,11 @@ class DatasetForm(forms.Form):
 
 
 class DatasetUploadForm(forms.Form):
-    file = forms.FileField(help_text="JSONL: one conversation a line, {\"messages\": [...], \"tools\": [...]} in "
+    file = UploadField(help_text="JSONL: one conversation a line, {\"messages\": [...], \"tools\": [...]} in "
                                      "the OpenAI chat format.")
     mode = forms.ChoiceField(choices=[("append", "append to the latest version"),
                                       ("replace", "replace its conversations")], initial="append",
                              help_text="Either way the upload makes a new version; earlier versions stay as they are.")
-
-    def clean_file(self):
-        upload = self.cleaned_data["file"]
-        if upload.size > settings.STUDIO_MAX_UPLOAD_BYTES:
-            raise ValidationError(f"the file is {upload.size:,} bytes; the limit is "
-                                  f"{settings.STUDIO_MAX_UPLOAD_BYTES:,} bytes")
-        return upload
 
 
 class DistillationForm(forms.Form):

@@ -232,16 +232,20 @@ class ScenarioForm(forms.Form):
     split = forms.ChoiceField(choices=Scenario.Split.choices, initial=Scenario.Split.TRAIN)
 
 
-class ScenarioUploadForm(forms.Form):
-    file = forms.FileField(help_text="CSV with a header (user_message, and optionally id, context, reference, split, "
-                                     "metadata) or JSONL with one object per line with the same keys.")
+class UploadField(forms.FileField):
+    """An uploaded file of at most STUDIO_MAX_UPLOAD_BYTES; a larger one is refused, naming both sizes."""
 
-    def clean_file(self):
-        upload = self.cleaned_data["file"]
-        if upload.size > settings.STUDIO_MAX_UPLOAD_BYTES:
+    def clean(self, data: Any, initial: Any = None) -> Any:
+        upload = super().clean(data, initial)
+        if upload and upload.size > settings.STUDIO_MAX_UPLOAD_BYTES:
             raise ValidationError(f"the file is {upload.size:,} bytes; the limit is "
                                   f"{settings.STUDIO_MAX_UPLOAD_BYTES:,} bytes")
         return upload
+
+
+class ScenarioUploadForm(forms.Form):
+    file = UploadField(help_text="CSV with a header (user_message, and optionally id, context, reference, split, "
+                                     "metadata) or JSONL with one object per line with the same keys.")
 
 
 class LongTextField(forms.CharField):

@@ -72,6 +72,17 @@ def test_a_file_with_bad_rows_names_each_one_and_stores_nothing():
     assert dataset.versions.count() == 1 and DatasetRow.objects.filter(version__dataset=dataset).count() == 2
 
 
+def test_a_file_over_the_upload_limit_is_refused_naming_both_sizes_and_stores_nothing(settings):
+    settings.STUDIO_MAX_UPLOAD_BYTES = 1000
+    project = project_factory()
+    dataset = dataset_factory(project=project, rows=2)
+    data = jsonl(conversation_rows(20))
+    response = upload(owner_client(project), dataset, data)
+    assert response.status_code == 400
+    assert f"the file is {len(data):,} bytes; the limit is 1,000 bytes" in response.content.decode()
+    assert dataset.versions.count() == 1 and DatasetRow.objects.filter(version__dataset=dataset).count() == 2
+
+
 def test_append_keeps_the_latest_rows_replace_does_not_and_versions_never_change():
     project = project_factory()
     dataset = dataset_factory(project=project, rows=2)
