@@ -18,7 +18,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo demo-engine demo-mailbox demo-sft test test-vllm test-gpu bench-gpu gpu-check test-engine-py312 check-py312 services system-deps compose-check \
+.PHONY: demo demo-engine demo-mailbox demo-sft test test-repeat stress test-vllm test-gpu bench-gpu gpu-check test-engine-py312 check-py312 services system-deps compose-check \
 	venv vllm-venv art-venv trl-venv bench lint-imports clean
 
 venv: $(STAMP)
@@ -88,8 +88,30 @@ lint-imports: venv
 # groups of their own, and gives each worker's torch its share of the cores); every skip is printed with its reason;
 # the 25 slowest tests at the end.
 PYTEST_WORKERS ?= 2
+PYTEST_PARALLEL = -q -rs -n $(PYTEST_WORKERS) --dist loadgroup --durations=25
 test: venv services system-deps lint-imports
-	$(BIN)/python -m pytest -q -rs -n $(PYTEST_WORKERS) --dist loadgroup --durations=25
+	$(BIN)/python -m pytest $(PYTEST_PARALLEL)
+
+# Flaky tests (bench/test_repeat.py): the suite N times in a fresh clone of HEAD (this venv linked in, `make test`'s
+# pytest options, a JUnit XML per run): how often each test failed, the first line of each distinct failure, each
+# run's time. `make stress TESTS="node ids" N=20 BESIDE=cpu|suite`: the chosen tests N times each, round by round,
+# while busy loops (cpu) or the rest of the suite (suite) load the machine beside them; failures per test.
+N ?= 5
+BESIDE ?= cpu
+test-repeat: venv services
+	$(BIN)/python -m bench.test_repeat repeat --n $(N) --pytest-args="$(PYTEST_PARALLEL)"
+stress: venv services
+	@test -n "$(TESTS)" || { echo 'make stress TESTS="tests/x.py::test_y ..." [N=20] [BESIDE=cpu|suite]' >&2; exit 2; }
+	$(BIN)/python -m bench.test_repeat stress --n $(N) --beside $(BESIDE) $(TESTS)
+
+# The API contract test (Schemathesis) under FUZZ_SEEDS fresh seeds instead of the fixed ones `make test` replays:
+# prints the seeds, each operation's answers, then those answering mostly 429, server errors and contract failures
+# (also in var/schemathesis-summary.txt). A failure it finds becomes a fixed case (docs/webapp.md, "Checked by an
+# outside fuzzer"). On two busy cores the edge values take two to three minutes, each seed one or two more.
+FUZZ_SEEDS ?= 3
+.PHONY: fuzz
+fuzz: venv services
+	STUDIO_SCHEMATHESIS_SEEDS=fresh:$(FUZZ_SEEDS) $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/webapp/test_api_contract.py
 
 # The tests marked `vllm` (deselected by `make test`): the server contract suite against vLLM's CPU build.
 test-vllm: venv vllm-venv

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from egress.failures import egress_refusal
+
 # cause → (the words an error message carries, the advice for whoever configures the judge)
 CAUSES: dict[str, tuple[str, str]] = {
     "no-key": ("no API key was sent",
@@ -27,6 +29,9 @@ CAUSES: dict[str, tuple[str, str]] = {
     "bad-request": ("the API rejected the request",
                     "check the model string, the params, and whether this model supports structured output "
                     "(response_format)"),
+    "address-refused": ("the address is not allowed by this deployment's egress policy",
+                        "use a public address, or ask an administrator to list this host in "
+                        "STUDIO_EGRESS_ALLOWED_HOSTS (link-local and metadata addresses are never allowed)"),
     "other": ("the request failed", "see the error above"),
 }
 
@@ -43,6 +48,8 @@ def failure_cause(litellm: Any, err: BaseException) -> str:
     judging/llm.py imports it)."""
     text = str(err)
     status = getattr(err, "status_code", None)
+    if egress_refusal(err) is not None:
+        return "address-refused"
     if _NO_KEY.search(text):
         return "no-key"
     if isinstance(err, litellm.AuthenticationError) or status in (401, 403) or \

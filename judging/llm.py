@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from egress.failures import failure_detail
 from judging.errors import JudgeError
 from judging.failures import CAUSES, failure_cause, retryable
 from judging.prompt import canonical
@@ -73,11 +74,51 @@ def _retry_after(err: Exception) -> float:
 
 def _failure(model: str, litellm: Any, err: Exception, retries: int) -> JudgeError:
     """The JudgeError for a request that failed: "judge MODEL: <cause>: <type>…; <advice>". The cause's words
-    (judging.failures.CAUSES) are what the pages match on to explain it."""
+    (judging.failures.CAUSES) are what the pages match on to explain it. A reply's body is never quoted (a server
+    may answer with anything, keys included): only its HTTP status (egress.failures.failure_detail)."""
     cause = failure_cause(litellm, err)
     said, advice = CAUSES[cause]
     tried = f" persisted after {retries} retries" if retryable(cause) else ""
-    return JudgeError(f"{model}: {said}: {type(err).__name__}{tried} ({err}); {advice}")
+    return JudgeError(f"{model}: {said}: {type(err).__name__}{tried} ({failure_detail(err)}); {advice}")
+
+
+# litellm providers whose requests go through the OpenAI SDK client, which takes our pinned httpx client; the
+# others go through litellm's own HTTP handler, which takes our pinned transport.
+_OPENAI_SDK_PROVIDERS = frozenset({"openai", "custom_openai"})
+
+
+async def _pinned_client(litellm: Any, model: str, kwargs: dict[str, Any]) -> Any:
+    """A client for litellm's `client=` whose every request (redirects included) passes the egress policy and
+    connects to the address it checked, when the request goes to an `api_base` someone gave; None otherwise (the
+    provider's own address). Raises EgressRefused at once for an address the policy refuses."""
+    api_base = kwargs.get("api_base")
+    if not api_base:
+        return None
+    import egress
+
+    # checked here too, so that a provider whose handler would not use the client is refused all the same (the
+    # lookup blocks: off the event loop)
+    try:
+        await asyncio.get_running_loop().run_in_executor(None, egress.check_url, api_base)
+    except egress.EgressUnresolvable:
+        pass  # the connection fails as it would without the policy: the server could not be reached
+    try:
+        provider = litellm.get_llm_provider(model=model, api_base=api_base)[1]
+    except Exception:  # litellm's own error follows from acompletion
+        provider = ""
+    if provider in _OPENAI_SDK_PROVIDERS:
+        from openai import AsyncOpenAI
+
+        return AsyncOpenAI(base_url=api_base, api_key=kwargs.get("api_key") or os.environ.get("OPENAI_API_KEY"),
+                           http_client=egress.async_client(follow_redirects=True), max_retries=0)
+    from litellm.llms.custom_httpx.http_handler import AsyncHTTPHandler
+
+    return AsyncHTTPHandler(transport=egress.PinnedAsyncTransport())
+
+
+async def _close(client: Any) -> None:
+    if client is not None:
+        await client.close()
 
 
 def _cost(litellm: Any, response: Any) -> float | None:
@@ -167,6 +208,26 @@ def _uncached_cost(litellm: Any, response: Any, cost: float | None) -> float | N
     return _cost(litellm, plain)
 
 
+async def _completion(litellm: Any, who: str, request: dict[str, Any], *, transport_retries: int, backoff_s: float,
+                      max_backoff_s: float) -> tuple[Any, float, int]:
+    """(response, latency of the answered attempt, retries): transport failures retried with jittered
+    exponential backoff (at least the server's Retry-After), anything else a JudgeError at once."""
+    retries = 0
+    while True:
+        started = time.perf_counter()
+        try:
+            response = await litellm.acompletion(**request)
+        except Exception as err:  # litellm maps every provider error onto its own exception types
+            if _retryable(litellm, err) and retries < transport_retries:
+                # jitter so that many groups throttled together do not retry in lockstep
+                delay = min(max_backoff_s, backoff_s * 2 ** retries) * (0.5 + random.random() / 2)
+                retries += 1
+                await asyncio.sleep(min(max_backoff_s, max(delay, _retry_after(err))))
+                continue
+            raise _failure(who, litellm, err, retries) from err
+        return response, time.perf_counter() - started, retries
+
+
 async def call_judge(*, model: str, messages: list[dict[str, Any]], response_format: dict[str, Any] | type[BaseModel],
                      params: dict[str, Any], transport_retries: int, backoff_s: float,
                      max_backoff_s: float) -> RawReply:
@@ -178,39 +239,34 @@ async def call_judge(*, model: str, messages: list[dict[str, Any]], response_for
     prefix_tokens, counted_tokens = count_prefix(model, messages, response_format)
     if needs_cache_mark(model):
         messages = with_cache_mark(messages)
-    retries = 0
-    while True:
-        started = time.perf_counter()
-        try:
-            response = await litellm.acompletion(model=model, messages=messages, response_format=response_format,
-                                                 **kwargs)
-        except Exception as err:  # litellm maps every provider error onto its own exception types
-            if _retryable(litellm, err) and retries < transport_retries:
-                # jitter so that many groups throttled together do not retry in lockstep
-                delay = min(max_backoff_s, backoff_s * 2 ** retries) * (0.5 + random.random() / 2)
-                delay = min(max_backoff_s, max(delay, _retry_after(err)))
-                retries += 1
-                await asyncio.sleep(delay)
-                continue
-            raise _failure(f"judge {model}", litellm, err, retries) from err
-        latency = time.perf_counter() - started
-        usage = getattr(response, "usage", None)
-        choice = response.choices[0] if response.choices else None
-        content = choice.message.content if choice is not None else None
-        cost = _cost(litellm, response)
-        return RawReply(
-            content=content,
-            prompt_tokens=getattr(usage, "prompt_tokens", None),
-            completion_tokens=getattr(usage, "completion_tokens", None),
-            cost_usd=cost,
-            latency_s=latency,
-            transport_retries=retries,
-            prefix_tokens=prefix_tokens,
-            counted_tokens=counted_tokens,
-            cached_tokens=_cached_tokens(usage),
-            cache_write_tokens=_cache_write_tokens(usage),
-            uncached_cost_usd=_uncached_cost(litellm, response, cost),
-        )
+    try:
+        client = await _pinned_client(litellm, model, kwargs)
+    except Exception as err:  # an address the egress policy refuses: nothing was sent
+        raise _failure(f"judge {model}", litellm, err, 0) from err
+    try:
+        response, latency, retries = await _completion(
+            litellm, f"judge {model}", {"model": model, "messages": messages, "response_format": response_format,
+                                        **kwargs, **({"client": client} if client is not None else {})},
+            transport_retries=transport_retries, backoff_s=backoff_s, max_backoff_s=max_backoff_s)
+    finally:
+        await _close(client)
+    usage = getattr(response, "usage", None)
+    choice = response.choices[0] if response.choices else None
+    content = choice.message.content if choice is not None else None
+    cost = _cost(litellm, response)
+    return RawReply(
+        content=content,
+        prompt_tokens=getattr(usage, "prompt_tokens", None),
+        completion_tokens=getattr(usage, "completion_tokens", None),
+        cost_usd=cost,
+        latency_s=latency,
+        transport_retries=retries,
+        prefix_tokens=prefix_tokens,
+        counted_tokens=counted_tokens,
+        cached_tokens=_cached_tokens(usage),
+        cache_write_tokens=_cache_write_tokens(usage),
+        uncached_cost_usd=_uncached_cost(litellm, response, cost),
+    )
 
 
 @dataclass
@@ -235,25 +291,24 @@ async def call_chat(*, model: str, messages: list[dict[str, Any]], params: dict[
     kwargs = {"timeout": 120.0, **params, "max_retries": 0, "num_retries": 0}
     if tools:
         kwargs["tools"] = tools
-    retries = 0
-    while True:
-        started = time.perf_counter()
-        try:
-            response = await litellm.acompletion(model=model, messages=messages, **kwargs)
-        except Exception as err:
-            if _retryable(litellm, err) and retries < transport_retries:
-                delay = min(max_backoff_s, backoff_s * 2 ** retries) * (0.5 + random.random() / 2)
-                retries += 1
-                await asyncio.sleep(min(max_backoff_s, max(delay, _retry_after(err))))
-                continue
-            raise _failure(model, litellm, err, retries) from err
-        choice = response.choices[0]
-        message: dict[str, Any] = {"role": "assistant", "content": choice.message.content or ""}
-        if getattr(choice.message, "tool_calls", None):
-            message["tool_calls"] = [{"id": c.id, "type": "function", "function": {
-                "name": c.function.name, "arguments": c.function.arguments}} for c in choice.message.tool_calls]
-        usage = getattr(response, "usage", None)
-        return ChatReply(message=message, finish_reason=choice.finish_reason or "stop",
-                         prompt_tokens=getattr(usage, "prompt_tokens", None),
-                         completion_tokens=getattr(usage, "completion_tokens", None), cost_usd=_cost(litellm, response),
-                         latency_s=time.perf_counter() - started, transport_retries=retries)
+    try:
+        client = await _pinned_client(litellm, model, kwargs)
+    except Exception as err:  # an address the egress policy refuses: nothing was sent
+        raise _failure(model, litellm, err, 0) from err
+    try:
+        response, latency, retries = await _completion(
+            litellm, model, {"model": model, "messages": messages, **kwargs,
+                             **({"client": client} if client is not None else {})},
+            transport_retries=transport_retries, backoff_s=backoff_s, max_backoff_s=max_backoff_s)
+    finally:
+        await _close(client)
+    choice = response.choices[0]
+    message: dict[str, Any] = {"role": "assistant", "content": choice.message.content or ""}
+    if getattr(choice.message, "tool_calls", None):
+        message["tool_calls"] = [{"id": c.id, "type": "function", "function": {
+            "name": c.function.name, "arguments": c.function.arguments}} for c in choice.message.tool_calls]
+    usage = getattr(response, "usage", None)
+    return ChatReply(message=message, finish_reason=choice.finish_reason or "stop",
+                     prompt_tokens=getattr(usage, "prompt_tokens", None),
+                     completion_tokens=getattr(usage, "completion_tokens", None), cost_usd=_cost(litellm, response),
+                     latency_s=latency, transport_retries=retries)

@@ -15,21 +15,36 @@ from typing import Any, Callable
 CACHE = Path(__file__).resolve().parents[1] / "var" / "test-cache"
 
 
+def built_path(name: str, recipe: dict[str, Any]) -> Path:
+    """Where the build of this recipe lives (built or not): the tests' model catalogue lists it before any build."""
+    key = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
+    return CACHE / f"{name}-{key}"
+
+
 def built_model(name: str, recipe: dict[str, Any], ensure: Callable[[Path], Path]) -> Path:
     """`ensure(path)` builds the model at path unless a build of this recipe is there; one process at a time."""
-    key = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
+    path = built_path(name, recipe)
     CACHE.mkdir(parents=True, exist_ok=True)
-    with open(CACHE / f"{name}-{key}.lock", "w") as lock:
+    with open(f"{path}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        return ensure(CACHE / f"{name}-{key}")
+        return ensure(path)
+
+
+def _tiny_recipe() -> dict[str, Any]:
+    from training import tiny_model as recipe
+
+    return {"build_version": recipe.BUILD_VERSION, "seed": 0, "sft_steps": recipe.SFT_STEPS}
+
+
+def tiny_model_path() -> Path:
+    return built_path("tiny-model", _tiny_recipe())
 
 
 def tiny_model() -> Path:
     """The demo's tiny 2048 model (training/tiny_model.py)."""
     from training import tiny_model as recipe
 
-    return built_model("tiny-model", {"build_version": recipe.BUILD_VERSION, "seed": 0, "sft_steps": recipe.SFT_STEPS},
-                       recipe.ensure_tiny_model)
+    return built_model("tiny-model", _tiny_recipe(), recipe.ensure_tiny_model)
 
 
 def quick_mailbox_model(sft_steps: int) -> Path:

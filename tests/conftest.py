@@ -4,11 +4,24 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
 from tests.built_models import tiny_model
+
+try:  # the engine's own Python 3.12 environment (make test-engine-py312) has no Hypothesis
+    from hypothesis import settings as hypothesis_settings
+except ImportError:
+    hypothesis_settings = None
+if hypothesis_settings is not None:
+    # Property tests (Hypothesis) draw the same examples on every run, so the suite answers the same on the same
+    # code (a seed derived from each test, no example database carried between runs). HYPOTHESIS_PROFILE=fresh draws
+    # new ones; a failure found so becomes an @example(...) on the test. The API fuzzer's seeds: test_api_contract.
+    hypothesis_settings.register_profile("fixed", derandomize=True, database=None)
+    hypothesis_settings.register_profile("fresh", derandomize=False)
+    hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fixed"))
 
 
 @pytest.fixture(scope="session")
@@ -51,10 +64,46 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 # Redis database, folder and channel prefix (tests/webapp/settings.py), so no two workers share a queue or a run.
 # A fixture counts by where it is defined: tests/training has fixtures named `server` too (inference servers).
 GROUP_BY_FIXTURE = {("start_celery_worker", "tests.webapp.conftest"): "celery",
-                    ("server", "tests.webapp.test_browser"): "daphne"}
+                    ("server", "tests.webapp.test_browser"): "daphne",
+                    ("app_server", "tests.conftest"): "daphne",
+                    ("scripted_app_server", "tests.conftest"): "daphne"}
 GROUP_BY_MODULE = {"test_faults.py": "celery", "test_distributed.py": "torchrun", "test_pipeline.py": "timing",
                    "test_external.py": "timing", "test_external_rollouts_e2e.py": "timing",
                    "test_live_pacing.py": "timing"}
+
+
+@pytest.fixture(scope="session")
+def app_world(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """This worker's served app (tests/webapp/world.py), one for tests/webapp and tests/security alike."""
+    request.getfixturevalue("django_db_setup")  # the test database daphne serves
+    from tests.webapp.world import close_world, open_world
+
+    yield open_world(tmp_path_factory.mktemp("app-world"))
+    close_world()
+
+
+@pytest.fixture
+def app_server(app_world, transactional_db):
+    """The app served by daphne on the test database, the embedded executor running launched runs in daphne."""
+    from tests.webapp.world import serve
+
+    yield from serve(app_world, None)
+
+
+@pytest.fixture
+def scripted_app_server(app_world, transactional_db):
+    """As `app_server`, with runs launched through it on the scripted engine (no model: pages, not training)."""
+    from tests.webapp.world import SCRIPTED_ENGINE, serve
+
+    yield from serve(app_world, SCRIPTED_ENGINE)
+
+
+@pytest.fixture(autouse=True)
+def _served_app_parked(request: pytest.FixtureRequest) -> None:
+    """This worker's served app (tests/webapp/world.py) stops before a test that does not use it: its reaper
+    would mark that test's `running` runs crashed. Nothing is imported where no test served the app."""
+    if (world := sys.modules.get("tests.webapp.world")) is not None:
+        world.park_unless_used(request)
 
 
 def _fixture_group(item: pytest.Item) -> str | None:

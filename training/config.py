@@ -241,6 +241,8 @@ class RunConfig(_Strict):
         "held-out evaluation and forks.")
     name: str = Field("run", pattern=r"^[A-Za-z0-9_.-]+$", description="Also the adapter name prefix.")
     base_model: str = Field(description="HF hub id or local directory of the base model.")
+    base_model_name: str | None = Field(None, max_length=200, description="What people call base_model (the web "
+                                        "app's model catalogue name); shown, never loaded.")
     system_prompt: str = ""
     scenarios: list[ScenarioSpec] = Field(default_factory=list, description="Inline scenarios.")
     scenarios_file: str | None = Field(None, description="A JSONL file of scenarios (instead of inline).")

@@ -16,6 +16,7 @@ import asyncio
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
+from egress.failures import failure_detail
 from training.episodes import first_side
 from training.types import Scenario, Scorer, TrajectoryGroup
 
@@ -61,7 +62,8 @@ async def distil_scenario(*, env: Any, client: Any, model: str, scenario: Scenar
                                    return_exceptions=True)
     for answer in answers:
         if isinstance(answer, BaseException):
-            group.errors.append(f"{type(answer).__name__}: {answer}")
+            # the teacher's HTTP status, never its reply's body (egress.failure_detail)
+            group.errors.append(f"{type(answer).__name__}: {failure_detail(answer)}")
         else:
             group.trajectories.append(first_side(answer))
     result = DistilResult(scenario_id=scenario.id, candidates=len(group.trajectories), rewards=[])
@@ -74,7 +76,7 @@ async def distil_scenario(*, env: Any, client: Any, model: str, scenario: Scenar
         for t, s in zip(group.trajectories, scores):
             t.reward, t.judge_score, t.explanation = s.reward, s.judge_score, s.explanation
     except Exception as err:  # noqa: BLE001 - recorded as this scenario's error; the others go on
-        result.error = f"{type(err).__name__}: {err}"
+        result.error = f"{type(err).__name__}: {failure_detail(err)}"
     result.rewards = [t.reward for t in group.trajectories]
     if result.error:
         return result, group

@@ -11,6 +11,7 @@ Pure Python (pydantic only): the web process imports it without torch.
 from __future__ import annotations
 
 import json
+import re
 import zlib
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -18,6 +19,30 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 MAX_ERRORS = 50  # a file that is wrong everywhere is reported by its first problems, not all of them
+# Nesting deeper than this is refused before decoding: Python's JSON decoder recurses per level and a line of
+# thousands of nested objects raises RecursionError (a crash, not an answer). Conversations nest about 6 deep;
+# tool schemas a little more.
+MAX_DEPTH = 64
+_STRINGS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def json_depth(text: str) -> int:
+    """How deep the JSON text nests objects and arrays (brackets inside strings do not count), without decoding
+    it (so without recursion). Text that is not JSON gets some number; the decoder then says what is wrong."""
+    depth = deepest = 0
+    for bracket in _BRACKETS.findall(_STRINGS.sub("", text)):
+        if bracket in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth -= 1
+    return deepest
+
+
+def _too_deep(text: str, max_depth: int) -> str | None:
+    depth = json_depth(text)
+    return f"nested {depth} levels deep; the most allowed is {max_depth}" if depth > max_depth else None
 
 
 class _Strict(BaseModel):
@@ -31,6 +56,8 @@ class FunctionCall(_Strict):
     @field_validator("arguments")
     @classmethod
     def _json_object(cls, value: str) -> str:
+        if (deep := _too_deep(value, MAX_DEPTH)) is not None:
+            raise ValueError(f"the arguments are {deep}")
         try:
             parsed = json.loads(value)
         except json.JSONDecodeError as err:
@@ -136,9 +163,11 @@ def conversation_parse(row: Any, *, line: int = 1) -> tuple[Conversation | None,
         return None, _errors_of(line, err)
 
 
-def parse_jsonl(data: bytes | str, *, max_rows: int | None = None) -> tuple[list[Conversation], list[RowError]]:
+def parse_jsonl(data: bytes | str, *, max_rows: int | None = None,
+                max_depth: int = MAX_DEPTH) -> tuple[list[Conversation], list[RowError]]:
     """(conversations, []) when every non-blank line is a valid conversation; ([], errors) otherwise, so a
-    caller never keeps part of a file. At most MAX_ERRORS problems are listed."""
+    caller never keeps part of a file. At most MAX_ERRORS problems are listed. A line nesting deeper than
+    `max_depth` is refused as a problem of its line, never decoded."""
     if isinstance(data, bytes):
         try:
             data = data.decode("utf-8-sig")
@@ -156,6 +185,9 @@ def parse_jsonl(data: bytes | str, *, max_rows: int | None = None) -> tuple[list
             break
         if "\x00" in text:
             errors.append(RowError(number, "", "holds a null character (U+0000)"))
+            continue
+        if (deep := _too_deep(text, max_depth)) is not None:
+            errors.append(RowError(number, "", f"the JSON is {deep}"))
             continue
         try:
             row = json.loads(text)

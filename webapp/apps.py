@@ -14,6 +14,10 @@ class WebappConfig(AppConfig):
         from webapp.execution import executors
 
         strict_input_install()
+        # Outbound calls to addresses a project gave (judge, teacher, MCP) pass the deployment's egress policy.
+        from webapp.egress_policy import egress_install
+
+        egress_install()
         # The web process and its workers hold the database URL and the keys: no program they start may read them.
         hide_environment()
 

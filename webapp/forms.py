@@ -9,6 +9,10 @@ from django import forms
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
+from webapp.base_model_fields import BaseModelField, BaseModelFormMixin
+from webapp.input_rules import BadInput, json_loads_bounded
+from webapp.judge_keys import judge_key_policy
+from webapp.model_catalogue import TINY_MODEL, BaseModelChoiceError, resolve_base_model
 from webapp.models import Agent, JudgeConfig, McpServer, Role, RubricVersion, Scenario
 from webapp.models.catalogue import MESSAGE_MAX, PROMPT_MAX
 from webapp.run_policy import override_problems
@@ -48,9 +52,11 @@ class JSONObjectField(forms.CharField):
         if not text:
             return {}
         try:
-            parsed = json.loads(text)
+            parsed = json_loads_bounded(text, name=self.label or "JSON")
         except json.JSONDecodeError as err:
             raise ValidationError(f"not valid JSON: {err.msg} (line {err.lineno}, column {err.colno})") from None
+        except BadInput as err:  # beside the field, as its other errors
+            raise ValidationError(err.message) from None
         if not isinstance(parsed, dict):
             raise ValidationError("must be a JSON object, e.g. {\"key\": \"value\"}")
         if holds_nul(parsed):  # "\u0000" in JSON text passes CharField's own check on the raw text
@@ -70,9 +76,11 @@ class JSONListField(forms.CharField):
 
     def to_python(self, value: Any) -> list[Any]:
         try:
-            parsed = json.loads((value or "").strip() or "null")
+            parsed = json_loads_bounded((value or "").strip() or "null", name=self.label or "JSON")
         except json.JSONDecodeError as err:
             raise ValidationError(f"not valid JSON: {err.msg} (line {err.lineno}, column {err.colno})") from None
+        except BadInput as err:
+            raise ValidationError(err.message) from None
         if not isinstance(parsed, list):
             raise ValidationError("must be a JSON array of messages")
         if holds_nul(parsed):
@@ -105,9 +113,9 @@ class MemberForm(forms.Form):
     email = forms.EmailField(required=False, widget=forms.EmailInput(attrs={"placeholder": "email (optional)"}))
 
 
-class ExampleAgentForm(forms.Form):
+class ExampleAgentForm(BaseModelFormMixin, forms.Form):
     example = forms.ChoiceField(choices=[], help_text="What the agent plays or solves (docs/examples.md).")
-    base_model = forms.CharField(max_length=500, help_text="A Hugging Face model id or a local directory.")
+    base_model = BaseModelField(initial=TINY_MODEL)
     scenarios = forms.IntegerField(min_value=1, max_value=400, initial=40,
                                    help_text="Training scenarios to generate: positions, boards or puzzles.")
     held_out = forms.IntegerField(min_value=0, max_value=100, initial=10, label="Held out",
@@ -118,11 +126,15 @@ class ExampleAgentForm(forms.Form):
 
         super().__init__(*args, **kwargs)
         self.fields["example"].choices = [(e.key, f"{e.title}: {e.summary}") for e in EXAMPLES.values()]
+        self.base_model_setup()
+
+    def clean(self) -> dict[str, Any]:
+        return self.base_model_clean(super().clean())
 
 
-class AgentForm(forms.Form):
+class AgentForm(BaseModelFormMixin, forms.Form):
     name = forms.CharField(max_length=200)
-    base_model = forms.CharField(max_length=500, help_text="A Hugging Face model id or a local directory.")
+    base_model = BaseModelField()
     system_prompt = forms.CharField(required=False, max_length=PROMPT_MAX, widget=forms.Textarea(attrs={"rows": 5}))
     environment_kind = forms.ChoiceField(choices=ENVIRONMENT_KINDS, initial="chat")
     environment_options = JSONObjectField(
@@ -147,10 +159,20 @@ class AgentForm(forms.Form):
     def __init__(self, *args: Any, project: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fields["mcp_server"].queryset = McpServer.objects.filter(project=project).order_by("name")
+        self.base_model_setup()
+
+    def clean(self) -> dict[str, Any]:
+        return self.base_model_clean(super().clean())
 
     @classmethod
     def from_agent(cls, agent: Agent, **kwargs: Any) -> "AgentForm":
         initial = {f: getattr(agent, f) for f in cls.base_fields if hasattr(agent, f)}
+        try:  # an agent saved with a path before the catalogue shows the entry it matches, else asks to choose
+            name = resolve_base_model(agent.base_model).name
+        except BaseModelChoiceError:
+            name = ""
+        # an allowed Hugging Face id is shown in its own entry; the list holds the deployment's names
+        initial.update({"base_model": "", "base_model_id": name} if "/" in name else {"base_model": name})
         options = dict(agent.environment_options or {})
         if agent.environment_kind == "mcp":  # the mcp choices have their own fields, not the JSON
             initial.update(mcp_server=options.pop("mcp_server", None), mcp_max_turns=options.pop("max_turns", None),
@@ -315,7 +337,7 @@ class JudgeConfigForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.fields["api_key_env"].choices = [("", "none (a stored key, or the provider's usual variable)")] + [
             (key, f"{key} → {', '.join(b or 'the provider default endpoint' for b in bases)}")
-            for key, bases in sorted(settings.STUDIO_JUDGE_KEY_ENDPOINTS.items())]
+            for key, bases in sorted(judge_key_policy().items())]  # exactly what saving and launch accept
 
     @classmethod
     def from_judge(cls, judge: JudgeConfig, **kwargs: Any) -> "JudgeConfigForm":

@@ -42,6 +42,17 @@ def _blocked(request: HttpRequest, username: str) -> bool:
             or (cache.get(per_address) or 0) >= settings.STUDIO_LOGIN_FAILURES_PER_ADDRESS)
 
 
+def login_blocked(request: HttpRequest, username: str) -> bool:
+    """Too many failed logins for this name from this address, or from this address at all (the login page and
+    POST /api/token/ share the counters)."""
+    return _blocked(request, username)
+
+
+def login_failed(request: HttpRequest, username: str) -> None:
+    for key in _keys(request, username):
+        _count(key)
+
+
 class LoginView(auth_views.LoginView):
     """Django's login page, refusing (429) once too many attempts for the name or the address failed."""
 

@@ -56,6 +56,7 @@ REFUSED_BECAUSE: dict[str, str] = {
     "kind": "the run's kind is the launch form's choice: Reinforce (GRPO) or Teach (SFT)",
     "sft": "an SFT run's options are the launch form's fields, and its data a dataset version of this project",
     "base_model": "it is the agent's: change it on the agent (a fork keeps its parent's)",
+    "base_model_name": "it is the agent's: change it on the agent (a fork keeps its parent's)",
     "system_prompt": "it is the agent's: change it on the agent (a fork keeps its parent's)",
     "environment": "the environment is the agent's (its kind, tools, MCP server and options): change it on the agent",
     "scenarios": "the scenarios are the scenario set's",

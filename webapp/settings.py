@@ -26,8 +26,11 @@ from webapp.env import (
     env_str,
     sqlite_database,
 )
+from webapp.limits import VARIABLE as LIMITS_VARIABLE, parse_limits
 from webapp.mcp_catalogue import VARIABLE as MCP_CATALOGUE_VARIABLE, parse_catalogue
 from webapp.mcp_hosts import parse_host_rules
+from webapp.model_catalogue import HF_VARIABLE, VARIABLE as MODEL_CATALOGUE_VARIABLE, parse_hf_patterns
+from webapp.model_catalogue import parse_catalogue as parse_model_catalogue
 from webapp.run_policy import parse_worker_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -166,12 +169,19 @@ STUDIO_ENCRYPTION_KEY = env_str("STUDIO_ENCRYPTION_KEY") or None
 STUDIO_JUDGE_KEY_ENDPOINTS = _judge_key_endpoints()
 # Modules whose functions a project may declare as custom tools (tools environment); none by default.
 STUDIO_TOOL_MODULES = env_list("STUDIO_TOOL_MODULES", [])
-# The MCP server hosts the web process may reach ("Test connection"; webapp/mcp_hosts.py): public addresses always;
-# loopback and private ones only when listed; link-local (cloud metadata) never. The embedded laptop setup lists
-# its own loopback, where people run their servers; a shared deployment lists nothing unless an administrator does.
-STUDIO_MCP_ALLOWED_HOSTS = env_list("STUDIO_MCP_ALLOWED_HOSTS",
-                                    ["localhost", "127.0.0.1", "[::1]"] if EMBEDDED else [])
+# The hosts outbound calls to addresses a project gave may reach (judge and teacher API bases, the scenario
+# generator, MCP servers; egress/, docs/security.md "Outbound addresses"): public addresses always; loopback and
+# private ones only when listed; link-local (cloud metadata) never. STUDIO_MCP_ALLOWED_HOSTS, the older MCP-only
+# name, is merged in. The embedded laptop setup lists its own loopback, where people run their servers (unless
+# either variable is set); a shared deployment lists nothing unless an administrator does.
+_LISTS_SET = env_str("STUDIO_EGRESS_ALLOWED_HOSTS") is not None or env_str("STUDIO_MCP_ALLOWED_HOSTS") is not None
+STUDIO_EGRESS_ALLOWED_HOSTS = env_list("STUDIO_EGRESS_ALLOWED_HOSTS",
+                                       ["localhost", "127.0.0.1", "[::1]"] if EMBEDDED and not _LISTS_SET else [])
+STUDIO_MCP_ALLOWED_HOSTS = env_list("STUDIO_MCP_ALLOWED_HOSTS", [])
+# Refuses every outbound address a project gives, public ones too (e.g. while fuzzing the API).
+STUDIO_EGRESS_DENY_ALL = env_bool("STUDIO_EGRESS_DENY_ALL", False)
 try:
+    parse_host_rules(STUDIO_EGRESS_ALLOWED_HOSTS, name="STUDIO_EGRESS_ALLOWED_HOSTS")
     parse_host_rules(STUDIO_MCP_ALLOWED_HOSTS)
 except ValueError as err:
     raise ImproperlyConfigured(str(err)) from None
@@ -179,6 +189,14 @@ except ValueError as err:
 # {"name": {"command", "args", "env", "description"}} or @path to such a file; the shipped mailbox is always there.
 try:
     STUDIO_MCP_STDIO_SERVERS = parse_catalogue(env_str(MCP_CATALOGUE_VARIABLE))
+except ValueError as err:
+    raise ImproperlyConfigured(str(err)) from None
+# The base models agents may name (webapp/model_catalogue.py): JSON {"name": {"source", "description",
+# "context_length"}} or @path (the tiny offline model is always listed as tiny-2048), and the Hugging Face id
+# patterns allowed beside them (comma list, e.g. Qwen/*; none by default). Never a path a member types.
+try:
+    STUDIO_BASE_MODELS = parse_model_catalogue(env_str(MODEL_CATALOGUE_VARIABLE), base_dir=BASE_DIR)
+    STUDIO_HF_MODELS = parse_hf_patterns(env_str(HF_VARIABLE))
 except ValueError as err:
     raise ImproperlyConfigured(str(err)) from None
 # The deployment's part of every run's engine config (webapp/run_policy.py): the inference server (kind, address,
@@ -190,6 +208,12 @@ except ValueError as err:
     raise ImproperlyConfigured(str(err)) from None
 STUDIO_MAX_UPLOAD_BYTES = env_int("STUDIO_MAX_UPLOAD_BYTES", 5 * 1024 * 1024, minimum=1024)
 STUDIO_MAX_UPLOAD_ROWS = env_int("STUDIO_MAX_UPLOAD_ROWS", 10000, minimum=1)
+# What one project may store (webapp/limits.py, docs/security.md "Per-project limits"): JSON {"dataset_rows": N,
+# ...}; the keys left out keep their defaults, an unknown key or a bad value stops the start.
+try:
+    STUDIO_PROJECT_LIMITS = parse_limits(env_str(LIMITS_VARIABLE))
+except ValueError as err:
+    raise ImproperlyConfigured(str(err)) from None
 # External rollouts (issue 21): the largest body the rollouts API and a run's OpenAI-compatible endpoint take,
 # the most messages a submitted trajectory may have, and how long the endpoint waits for the run's server.
 STUDIO_EXTERNAL_MAX_BYTES = env_int("STUDIO_EXTERNAL_MAX_BYTES", 2 * 1024 * 1024, minimum=1024)
@@ -214,6 +238,15 @@ STUDIO_EXTERNAL_CALLS_KEEP_DAYS = env_int("STUDIO_EXTERNAL_CALLS_KEEP_DAYS", 30,
 STUDIO_SERVE_IDLE_S = env_float("STUDIO_SERVE_IDLE_S", 600.0, minimum=1.0)
 STUDIO_SERVE_START_TIMEOUT_S = env_float("STUDIO_SERVE_START_TIMEOUT_S", 600.0, minimum=5.0)
 STUDIO_SERVE_SERVER = env_choice("STUDIO_SERVE_SERVER", "local", ("local", "vllm"))
+# What one account (the owner of the projects) and one project may hold at once (webapp/server_caps.py,
+# docs/security.md "Servers per account and project"): inference servers up or starting, Try it sessions not yet
+# answered, distillations queued or running. Over a cap the request is a 429 naming the cap and its usage.
+STUDIO_MAX_SERVERS_PER_ACCOUNT = env_int("STUDIO_MAX_SERVERS_PER_ACCOUNT", 2, minimum=1)
+STUDIO_MAX_SERVERS_PER_PROJECT = env_int("STUDIO_MAX_SERVERS_PER_PROJECT", 2, minimum=1)
+STUDIO_MAX_TRY_SESSIONS_PER_ACCOUNT = env_int("STUDIO_MAX_TRY_SESSIONS_PER_ACCOUNT", 3, minimum=1)
+STUDIO_MAX_TRY_SESSIONS_PER_PROJECT = env_int("STUDIO_MAX_TRY_SESSIONS_PER_PROJECT", 5, minimum=1)
+STUDIO_MAX_DISTILLATIONS_PER_ACCOUNT = env_int("STUDIO_MAX_DISTILLATIONS_PER_ACCOUNT", 2, minimum=1)
+STUDIO_MAX_DISTILLATIONS_PER_PROJECT = env_int("STUDIO_MAX_DISTILLATIONS_PER_PROJECT", 2, minimum=1)
 # Experiment trackers (issue 37; docs/use.md): the deployment says where runs may report; a run (its launch form or
 # the API's `trackers`) chooses among these. W&B is offered when STUDIO_WANDB_PROJECT is set (its key: WANDB_API_KEY
 # in the workers' environment, passed to the engine of a run that reports to W&B only; `offline` mode writes run
@@ -303,6 +336,25 @@ STUDIO_API_ANON_PER_MINUTE = env_int("STUDIO_API_ANON_PER_MINUTE", 60, minimum=1
 STUDIO_LOGIN_FAILURES = env_int("STUDIO_LOGIN_FAILURES", 5, minimum=1)
 STUDIO_LOGIN_FAILURES_PER_ADDRESS = env_int("STUDIO_LOGIN_FAILURES_PER_ADDRESS", 30, minimum=1)
 STUDIO_LOGIN_WINDOW_S = env_int("STUDIO_LOGIN_WINDOW_S", 300, minimum=1)
+# A test deployment raises every limit answered with 429 at once (docs/security.md "Rate limits in a test
+# deployment"): a fuzzer is one client sending thousands of requests a minute, and 429s would hide every other
+# answer. Each limit above (and the run endpoint's, the servers', Try it's and distillations' caps) is multiplied
+# by STUDIO_THROTTLE_SCALE (default 1: the limits as set). It is the deployment's own setting, as each limit is, so
+# it is taken with DEBUG off too (the fuzzed app is the production one); the API's docs page states the raised
+# numbers, so a deployment that left it on shows it.
+STUDIO_THROTTLE_SCALE = env_int("STUDIO_THROTTLE_SCALE", 1, minimum=1)
+STUDIO_API_PER_MINUTE *= STUDIO_THROTTLE_SCALE
+STUDIO_API_ANON_PER_MINUTE *= STUDIO_THROTTLE_SCALE
+STUDIO_LOGIN_FAILURES *= STUDIO_THROTTLE_SCALE
+STUDIO_LOGIN_FAILURES_PER_ADDRESS *= STUDIO_THROTTLE_SCALE
+STUDIO_EXTERNAL_PER_MINUTE *= STUDIO_THROTTLE_SCALE
+STUDIO_EXTERNAL_MAX_IN_FLIGHT *= STUDIO_THROTTLE_SCALE
+STUDIO_MAX_SERVERS_PER_ACCOUNT *= STUDIO_THROTTLE_SCALE
+STUDIO_MAX_SERVERS_PER_PROJECT *= STUDIO_THROTTLE_SCALE
+STUDIO_MAX_TRY_SESSIONS_PER_ACCOUNT *= STUDIO_THROTTLE_SCALE
+STUDIO_MAX_TRY_SESSIONS_PER_PROJECT *= STUDIO_THROTTLE_SCALE
+STUDIO_MAX_DISTILLATIONS_PER_ACCOUNT *= STUDIO_THROTTLE_SCALE
+STUDIO_MAX_DISTILLATIONS_PER_PROJECT *= STUDIO_THROTTLE_SCALE
 # Shared by every process with Redis (so limits hold across web processes), per process without it.
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
                       "KEY_PREFIX": env_str("STUDIO_CHANNEL_PREFIX", "studio")}} if REDIS_URL else {

@@ -85,6 +85,8 @@ urlpatterns = [
     path("try/<int:session_id>/", trying.try_session, name="try-session"),
     path("try/<int:session_id>/judge/", trying.try_judge, name="try-judge"),
     path("try/<int:session_id>/save/", trying.try_save, name="try-save"),
+    path("try/<int:session_id>/end/", trying.try_end, name="try-end"),
+    path("projects/<int:project_id>/try/servers/stop/", trying.try_server_stop, name="try-server-stop"),
     path("account/api-token/", account.api_token, name="api-token"),
     path("docs/", RedirectView.as_view(pattern_name="api:api-docs", http_method_names=["get", "head"]), name="docs"),
     path("api/", include("webapp.api.urls")),

@@ -22,6 +22,11 @@ _RULES: list[tuple[re.Pattern[str], str, str]] = [(re.compile(p, re.S), what, to
     (r"has no env reward|needs a judge",
      "This agent's answers have no reward of their own, and the run has no judge to score them.",
      "Launch the run again with a judge chosen in the form (or give the agent an environment with its own reward)."),
+    (r"not allowed by this deployment's egress policy|this address is not allowed|EgressRefused|"
+     r"STUDIO_EGRESS_DENY_ALL is set",
+     "Rubric Studio may not send requests to this address (the judge's, teacher's or server's API base).",
+     "Use a public address, or ask the administrator to list this host in STUDIO_EGRESS_ALLOWED_HOSTS; link-local "
+     "addresses such as cloud metadata endpoints are never allowed. The details name the address and why."),
     # The judge's request failures name their cause (judging/failures.py); the older wording of stored errors
     # ("judge MODEL: SomeError …") is matched too.
     (r"no API key was sent|api_key_env names '\w+', but that environment variable is not set|"

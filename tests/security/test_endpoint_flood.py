@@ -7,9 +7,6 @@ connection of the web process is open (pg_stat_activity, by the web process's ap
 from __future__ import annotations
 
 import asyncio
-import socket
-import subprocess
-import sys
 import threading
 import time
 
@@ -18,7 +15,8 @@ import pytest
 from django.db import connection
 
 from tests.security.endpoint_upstream import FakeUpstream, attackers_run, opening
-from tests.webapp.conftest import ROOT, _worker_env, wait_for
+from tests.webapp.conftest import _worker_env, wait_for
+from tests.webapp.world import start_daphne, stop_daphne
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -27,33 +25,16 @@ CAP, CALLS, APP_NAME = 4, 12, "endpoint-under-attack"
 
 @pytest.fixture
 def web(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    """A daphne of its own (the world's helpers, tests/webapp/world.py): its per-run cap of CAP and the
+    application_name that counts its PostgreSQL connections are settings of the process."""
     db = connection.settings_dict
     env = _worker_env(None) | {
         "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}"
                         f"?application_name={APP_NAME}",
         "STUDIO_EXTERNAL_MAX_IN_FLIGHT": str(CAP), "STUDIO_EXTERNAL_PER_MINUTE": "100000"}
-    log = tmp_path / "daphne.log"
-    proc = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                             "webapp.asgi:application"], cwd=ROOT, env=env, stdout=open(log, "w"),
-                            stderr=subprocess.STDOUT, start_new_session=True)
-
-    def up() -> bool:
-        assert proc.poll() is None, log.read_text()[-3000:]
-        with socket.socket() as s:
-            return s.connect_ex(("127.0.0.1", port)) == 0
-
-    wait_for(up, timeout=60, interval=0.2, message="daphne to listen")
-    proc.url = f"http://127.0.0.1:{port}"  # type: ignore[attr-defined]
-    proc.log = log  # type: ignore[attr-defined]
-    yield proc
-    proc.terminate()
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    served = start_daphne(env, tmp_path / "daphne.log")
+    yield served
+    stop_daphne(served)
 
 
 def _connections() -> int:

@@ -53,9 +53,9 @@ def test_a_completed_runs_checkpoint_answers_an_openai_client_with_a_project_tok
     _, their_key = project_token_create(user=intruder.owner, project=intruder, name="theirs")
     stranger = openai.OpenAI(base_url=f"{served_app}/api/checkpoints/{first.pk}/openai/v1", api_key=their_key,
                              max_retries=0, timeout=60)
-    with pytest.raises(openai.PermissionDeniedError, match="another project"):
+    with pytest.raises(openai.NotFoundError, match="no such checkpoint"):  # as for an id that does not exist
         stranger.chat.completions.create(model="demo@1", messages=[{"role": "user", "content": "Hello"}])
-    with pytest.raises(openai.PermissionDeniedError):
+    with pytest.raises(openai.NotFoundError, match="no such project"):
         openai.OpenAI(base_url=f"{served_app}/api/projects/{project.pk}/openai/v1", api_key=their_key,
                       max_retries=0).chat.completions.create(model="demo@1", messages=[{"role": "user", "content": "x"}])
     # Their token on their own project cannot reach our checkpoint by its name either: it names their own.

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from training.sft_data import MAX_ERRORS, parse_jsonl, split_held_out
+from training.sft_data import MAX_DEPTH, MAX_ERRORS, json_depth, parse_jsonl, split_held_out
 
 GOOD = {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
                      {"role": "assistant", "content": "Hello."}]}
@@ -73,6 +73,25 @@ def test_a_file_wrong_everywhere_lists_its_first_problems_only():
 def test_too_many_rows_are_refused_at_the_first_one_over_the_limit():
     conversations, errors = parse_jsonl(lines(GOOD, GOOD, GOOD), max_rows=2)
     assert conversations == [] and str(errors[0]) == "line 3: more than 2 conversations; split the file"
+
+
+def test_a_line_nested_deeper_than_the_limit_is_named_never_a_recursion_error():
+    deep_line = '{"messages": ' + "[" * 5000 + "]" * 5000 + "}"
+    deep_tools = json.loads(json.dumps(WITH_TOOLS))
+    deep_tools["tools"][0]["function"]["parameters"] = json.loads("{\"a\": " * 70 + "1" + "}" * 70)
+    deep_arguments = json.loads(json.dumps(WITH_TOOLS))
+    deep_arguments["messages"][1]["tool_calls"][0]["function"]["arguments"] = '{"a": ' * 5000 + "1" + "}" * 5000
+    conversations, errors = parse_jsonl(lines(GOOD, deep_line, deep_tools, deep_arguments))
+    assert conversations == []
+    assert [(e.line, e.field) for e in errors] == [(2, ""), (3, ""), (4, "messages.1.tool_calls.0.function.arguments")]
+    assert "nested 5001 levels deep; the most allowed is 64" in errors[0].message
+    assert "nested 74 levels deep" in errors[1].message and "nested 5000 levels deep" in errors[2].message
+    # Brackets inside strings are text, not nesting; a file just within the limit is read.
+    assert json_depth('{"a": "[[[{{{", "b": [1, {"c": []}]}') == 4
+    within = json.loads(json.dumps(WITH_TOOLS))
+    levels = MAX_DEPTH - 4  # the row, tools, the tool and its function hold the parameters
+    within["tools"][0]["function"]["parameters"] = json.loads("{\"a\": " * levels + "1" + "}" * levels)
+    assert parse_jsonl(lines(within))[1] == []
 
 
 def test_the_held_out_split_follows_content_not_position():

@@ -144,7 +144,7 @@ def tiny_run(tiny_model_dir):
     launch, which freezes it into the run."""
     from training.demo import demo_config
 
-    from tests.webapp.factories import project_factory
+    from tests.webapp.factories import TEST_TINY_MODEL, project_factory
     from webapp.models import Agent, Scenario, ScenarioSet
     from django.conf import settings
     from django.test import override_settings
@@ -156,7 +156,7 @@ def tiny_run(tiny_model_dir):
                server=None, trackers=None):
         demo = demo_config(out_dir="unused", steps=steps, model_dir=tiny_model_dir)
         project = project or project_factory()
-        agent = Agent.objects.create(project=project, name="tiny 2048 player", base_model=str(tiny_model_dir),
+        agent = Agent.objects.create(project=project, name="tiny 2048 player", base_model=TEST_TINY_MODEL,
                                      system_prompt=demo.system_prompt, environment_kind=demo.environment.kind,
                                      environment_options=demo.environment.options, max_tokens=16)
         scenario_set = ScenarioSet.objects.create(project=project, name="2048 games")
@@ -223,3 +223,4 @@ def pytest_terminal_summary(terminalreporter) -> None:
         urls = len({name for name, _, _ in _MATRIX_CASES})
         terminalreporter.write_line(f"authorisation matrix: {len(set(_MATRIX_CASES))} (URL, role, method) cases "
                                     f"over {urls} URLs and websockets")
+

@@ -10,7 +10,10 @@ from webapp.models import (
     Agent, Dataset, DatasetRow, DatasetVersion, JudgeConfig, McpServer, Membership, Project, Role, Rubric,
     RubricVersion, Run, Scenario, ScenarioSet,
 )
+from webapp.model_catalogue import TINY_MODEL, ModelEntry
 from webapp.services.run_config import run_config_build
+
+TEST_TINY_MODEL = "test-tiny"  # the tiny model the tests build, in the tests' catalogue (tests/webapp/settings.py)
 
 _n = itertools.count(1)
 PASSWORD = "correct-horse-battery"
@@ -35,9 +38,18 @@ def member_factory(*, project: Project, role: str = Role.VIEWER, user=None):
     return user
 
 
+def catalogue_model(settings, source: Any, *, name: str | None = None, context_length: int = 1024) -> str:
+    """Lists `source` (a directory or an id) in this test's deployment catalogue, as an administrator would, and
+    returns the name agents choose it by. `settings` is pytest-django's fixture, which restores the list after."""
+    name = name or f"model-{next(_n)}"
+    settings.STUDIO_BASE_MODELS = {**settings.STUDIO_BASE_MODELS, name: ModelEntry(
+        source=str(source), context_length=context_length, description=f"test model {name}")}
+    return name
+
+
 def agent_factory(*, project: Project, **fields: Any) -> Agent:
     fields.setdefault("name", f"agent {next(_n)}")
-    fields.setdefault("base_model", "var/tiny-model")
+    fields.setdefault("base_model", TINY_MODEL)  # the shipped catalogue's entry (tests with an engine name test-tiny)
     fields.setdefault("system_prompt", "Answer briefly.")
     return Agent.objects.create(project=project, **fields)
 

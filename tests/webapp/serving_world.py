@@ -74,37 +74,7 @@ def completed_run(*, project, model_dir: Path, adapters: list[Path], name: str =
 
 
 @pytest.fixture
-def served_app(tmp_path, tiny_model_dir):
-    """daphne serving the app on the test database with the embedded executor (as test_browser's `server`), the
-    project servers it starts idling out after 30 s; yields its base URL."""
-    import subprocess
-    import sys
-
-    from tests.webapp.conftest import _worker_env, wait_for
-    from tests.webapp.test_browser import _free_port, _up
-
-    port = _free_port()
-    env = _worker_env(None)
-    env.update({"REDIS_URL": "", "STUDIO_EXECUTOR": "inprocess", "STUDIO_SERVE_IDLE_S": "30",
-                "RUBRIC_STUDIO_JUDGE_CACHE": str(tmp_path / "cache")})
-    log = open(tmp_path / "daphne.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                             "webapp.asgi:application"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    wait_for(lambda: _up(port), timeout=30, message="daphne to listen")
-    yield f"http://127.0.0.1:{port}"
-    from webapp.models import ProjectServer
-
-    # Stopped first, as an operator would: a server left up holds daphne's exit for its idle time (30 s here).
-    ProjectServer.objects.filter(status__in=["starting", "ready"]).update(status="stopped", stop_reason="test over")
-    proc.terminate()
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    import os
-    import signal
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # the project servers it started, if any outlived it
-    except ProcessLookupError:
-        pass
+def served_app(app_server) -> str:
+    """The served app (tests/webapp/world.py: daphne, the embedded executor, project servers idling out after
+    30 s); its base URL. The project servers it started are stopped, with it, when the test ends."""
+    return app_server.url

@@ -5,8 +5,11 @@ starts. pytest-django creates (and drops) the `test_<name>` database itself.
 """
 from __future__ import annotations
 
+import json
 import os
 import tempfile
+
+from tests.built_models import tiny_model_path
 
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/rubric_studio")
 # A Redis database of its own, so tests never meet another process's queues or channel groups.
@@ -53,6 +56,12 @@ os.environ.setdefault("STUDIO_MODEL_CHECK", "off")
 # The tests' deployment trains on the CPU (also where a GPU is visible): runs take it from here, not from a
 # launch's overrides (webapp/run_policy.py). Worker processes the tests start inherit it.
 os.environ.setdefault("STUDIO_RUN_WORKER_CONFIG", '{"device": "cpu"}')
+
+# The tests' deployment lists the tiny model the tests build (tests/built_models.py) as `test-tiny`, beside the
+# shipped entries: agents name it, and the processes the tests start (daphne, Celery) read the same list.
+os.environ.setdefault("STUDIO_BASE_MODELS", json.dumps({"test-tiny": {
+    "source": str(tiny_model_path()), "context_length": 1024,
+    "description": "the tests' tiny 2048 model (built on first use)"}}))
 
 from webapp.settings import *  # noqa: E402,F401,F403
 

@@ -17,7 +17,7 @@ def test_a_token_holder_builds_the_catalogue_and_launches_a_run_through_the_api(
     token = api.post("/api/token/", {"username": user.username, "password": PASSWORD}).json()["token"]
     api.credentials(HTTP_AUTHORIZATION=f"Token {token}")
     project = api.post("/api/projects/", {"name": "api project"}, format="json").json()
-    agent = api.post("/api/agents/", {"project": project["id"], "name": "a", "base_model": "var/tiny-model",
+    agent = api.post("/api/agents/", {"project": project["id"], "name": "a", "base_model": "tiny-2048",
                                       "environment_kind": "chat"}, format="json").json()
     scenario_set = api.post("/api/scenario-sets/", {"project": project["id"], "name": "s"}, format="json").json()
     upload = api.post(f"/api/scenario-sets/{scenario_set['id']}/upload/",

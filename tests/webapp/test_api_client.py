@@ -77,7 +77,7 @@ def test_a_client_that_knows_only_the_schema_launches_a_run_reads_its_steps_and_
     with pytest.raises(jsonschema.ValidationError):  # the schema says what the server refuses: a blank name
         api("projects_create", body={"name": ""})
     project = api("projects_create", body={"name": "typed client"})
-    agent = api("agents_create", body={"project": project["id"], "name": "helper", "base_model": "var/tiny-model",
+    agent = api("agents_create", body={"project": project["id"], "name": "helper", "base_model": "tiny-2048",
                                        "environment_kind": "chat", "system_prompt": "Answer briefly."})
     scenario_set = api("scenario_sets_create", body={"project": project["id"], "name": "questions"})
     for k in range(2):

@@ -53,7 +53,8 @@ def test_numbers_booleans_and_decimals_come_in_the_type_the_schema_states(api):
 
 
 def test_an_id_in_a_body_that_names_nothing_is_a_404_like_one_in_the_path(api):
-    answer = api.post("/api/agents/", {"project": 0, "name": "a", "base_model": "m", "environment_kind": "chat"})
+    answer = api.post("/api/agents/", {"project": 0, "name": "a", "base_model": "tiny-2048",
+                                       "environment_kind": "chat"})
     assert answer.status_code == 404 and "No project with that id" in answer.json()["detail"]
 
 

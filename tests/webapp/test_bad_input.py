@@ -76,7 +76,7 @@ def test_an_oversized_field_is_refused_with_its_limit(editor_client):
     assert "user_message is 20,001 characters; the limit is 20,000" in _upload(
         editor_client, scenario_set, "s.jsonl", row).content.decode()
     response = editor_client.post(reverse("agent-create", args=[editor_client.project.id]), {
-        "name": "a" * 201, "base_model": "m", "environment_kind": "chat", "temperature": 1, "top_p": 1,
+        "name": "a" * 201, "base_model": "tiny-2048", "environment_kind": "chat", "temperature": 1, "top_p": 1,
         "max_tokens": 10})
     assert response.status_code == 400 and b"at most 200 characters" in response.content
     assert Agent.objects.count() == 0 and Scenario.objects.count() == 0

@@ -4,16 +4,15 @@ the reward chart arrive without a reload, pause and resume. Screenshots go to va
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import sys
 import threading
 
 import pytest
 
 from tests.judge_double import JudgeDouble, marker_or_brevity
-from tests.webapp.conftest import ROOT, _worker_env, wait_for
-from tests.webapp.factories import PASSWORD, project_factory
+from tests.webapp.conftest import ROOT
+# test_api_contract.py starts its own daphne with these names of the world's helpers
+from tests.webapp.world import free_port as _free_port, listening as _up  # noqa: F401
+from tests.webapp.factories import PASSWORD, TEST_TINY_MODEL, project_factory
 from webapp.models import Run, RunStatus
 
 CHROMIUM = "/usr/bin/chromium"
@@ -33,31 +32,11 @@ def log_in(page, server: str, username: str) -> None:
     page.click("button[type=submit]")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
-def server(tmp_path):
-    """daphne serving the app on the test database, embedded executor and channel layer (runs in-process)."""
-    port = _free_port()
-    env = _worker_env(None)
-    env.update({"REDIS_URL": "", "STUDIO_EXECUTOR": "inprocess", "RUBRIC_STUDIO_JUDGE_CACHE": str(tmp_path / "cache")})
-    log = open(tmp_path / "daphne.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                             "webapp.asgi:application"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    wait_for(lambda: _up(port), timeout=30, message="daphne to listen")
-    yield base
-    proc.terminate()
-    proc.wait(timeout=30)
-
-
-def _up(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
+def server(app_server) -> str:
+    """The served app (tests/webapp/world.py): daphne on the test database, embedded executor and channel layer
+    (runs in-process); its base URL."""
+    return app_server.url
 
 
 def test_a_user_builds_a_run_in_the_browser_and_watches_it_learn_live(server, tiny_model_dir, tmp_path):
@@ -93,7 +72,7 @@ def test_a_user_builds_a_run_in_the_browser_and_watches_it_learn_live(server, ti
 
         page.click("text=New agent")
         page.fill("#id_name", "2048 player")
-        page.fill("#id_base_model", str(tiny_model_dir))
+        page.select_option("#id_base_model", TEST_TINY_MODEL)  # tiny_model_dir, by its catalogue name
         page.fill("#id_system_prompt", DEMO_SYSTEM_PROMPT)
         page.select_option("#id_environment_kind", "game_2048")
         page.fill("#id_temperature", "9")  # inline validation flags it before saving

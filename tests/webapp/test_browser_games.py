@@ -32,7 +32,7 @@ def test_an_owner_creates_a_game_agent_from_an_example_and_reaches_the_other_sid
         page.goto(f"{server}/projects/{project.id}/")
         page.click("#agent-from-example")
         page.select_option("#id_example", "tictactoe-self")
-        page.fill("#id_base_model", "Qwen/Qwen2.5-0.5B-Instruct")
+        page.select_option("#id_base_model", "tiny-2048")
         page.fill("#id_scenarios", "5")
         page.fill("#id_held_out", "2")
         page.click("button[type=submit]")

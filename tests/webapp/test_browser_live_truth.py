@@ -5,16 +5,14 @@ Screenshots go to var/screenshots/."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.judge_double import JudgeDouble, marker_or_brevity
-from tests.webapp.conftest import ROOT, SCRIPTED_ENGINE, _worker_env, wait_for
-from tests.webapp.factories import agent_factory, project_factory, run_factory, scenario_set_factory
-from tests.webapp.test_browser import ARGS, CHROMIUM, SHOTS, _free_port, _up, log_in, server  # noqa: F401
+from tests.webapp.conftest import wait_for
+from tests.webapp.factories import TEST_TINY_MODEL, agent_factory, project_factory, run_factory, scenario_set_factory
+from tests.webapp.test_browser import ARGS, CHROMIUM, SHOTS, log_in, server  # noqa: F401
 from webapp.models import Agent, Run, RunStatus, Scenario, ScenarioSet
 from webapp.services.catalogue import judge_config_create, rubric_create
 
@@ -132,7 +130,7 @@ def _tiny_project(tiny_model_dir: Path):
     from training.tiny_model import DEMO_SYSTEM_PROMPT, DEMO_USER_MESSAGE
 
     project = project_factory(name="Truth project")
-    Agent.objects.create(project=project, name="2048 player", base_model=str(tiny_model_dir),
+    Agent.objects.create(project=project, name="2048 player", base_model=TEST_TINY_MODEL,
                          system_prompt=DEMO_SYSTEM_PROMPT, environment_kind="game_2048",
                          environment_options={"winning_tile": 64, "max_turns": 2}, max_tokens=12)
     games = ScenarioSet.objects.create(project=project, name="2048 games")
@@ -233,18 +231,9 @@ def test_the_live_run_page_equals_the_reloaded_page_the_api_and_the_export_throu
 
 
 @pytest.fixture
-def scripted_server(tmp_path):
-    """daphne with the embedded executor and the scripted engine (no model): for pages, not training."""
-    port = _free_port()
-    env = _worker_env(SCRIPTED_ENGINE)
-    env.update({"REDIS_URL": "", "STUDIO_EXECUTOR": "inprocess"})
-    log = open(tmp_path / "daphne.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                             "webapp.asgi:application"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    wait_for(lambda: _up(port), timeout=30, message="daphne to listen")
-    yield f"http://127.0.0.1:{port}"
-    proc.terminate()
-    proc.wait(timeout=30)
+def scripted_server(scripted_app_server) -> str:
+    """The served app with launches on the scripted engine (no model): for pages, not training."""
+    return scripted_app_server.url
 
 
 def test_back_then_launch_warns_of_the_identical_run_and_links_it(scripted_server, monkeypatch):

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from tests.judge_double import JudgeDouble, RecordedRequest, marker_or_brevity
-from tests.webapp.factories import member_factory, project_factory
+from tests.webapp.factories import TEST_TINY_MODEL, member_factory, project_factory
 from tests.webapp.test_browser import ARGS, CHROMIUM, SHOTS, log_in, server  # noqa: F401  (fixture)
 from webapp.models import Agent, Role, Run, RunStatus, Scenario, ScenarioSet, ScoreOverride
 from webapp.services.catalogue import judge_config_create, rubric_create
@@ -43,7 +43,7 @@ def test_a_reviewer_overrides_a_gated_step_compares_answers_and_tries_a_rubric(s
     project = project_factory(name="Review project")
     owner = project.owner
     reviewer = member_factory(project=project, role=Role.REVIEWER)
-    Agent.objects.create(project=project, name="2048 player", base_model=str(tiny_model_dir),
+    Agent.objects.create(project=project, name="2048 player", base_model=TEST_TINY_MODEL,
                          system_prompt=DEMO_SYSTEM_PROMPT, environment_kind="game_2048",
                          environment_options={"winning_tile": 64, "max_turns": 2}, max_tokens=12)
     games = ScenarioSet.objects.create(project=project, name="2048 games")

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.webapp.factories import project_factory
+from tests.webapp.factories import TEST_TINY_MODEL, project_factory
 from tests.webapp.test_browser import ARGS, CHROMIUM, SHOTS, log_in, server  # noqa: F401 - the daphne fixture
 from training.demo import demo_config
 from training.tiny_model import synthetic_games
@@ -24,7 +24,7 @@ def test_a_user_teaches_from_an_uploaded_dataset_then_reinforces_from_its_checkp
 
     project = project_factory(name="Teach project")
     demo = demo_config(out_dir="unused", model_dir=tiny_model_dir)
-    Agent.objects.create(project=project, name="2048 player", base_model=str(tiny_model_dir),
+    Agent.objects.create(project=project, name="2048 player", base_model=TEST_TINY_MODEL,
                          system_prompt=demo.system_prompt, environment_kind="game_2048",
                          environment_options={"winning_tile": 64, "max_turns": 2}, max_tokens=12)
     games = ScenarioSet.objects.create(project=project, name="2048 games")

@@ -167,7 +167,7 @@ def test_settings_panel_rubric_diff_overlay_and_test_judge_in_the_browser(server
             assert ticks and all(t.isdigit() for t in ticks), ticks  # whole steps only
             page.click("#run-config summary")
             panel = page.locator("#run-config")
-            for text in ("var/tiny-model", "Learning rate", "0.001", "Group size", "Seed", "openai/judge",
+            for text in ("tiny-2048", "Learning rate", "0.001", "Group size", "Seed", "openai/judge",
                          f"{rubric.name} v2"):
                 expect(panel).to_contain_text(text)
             panel.screenshot(path=str(SHOTS / "run-config-panel.png"))

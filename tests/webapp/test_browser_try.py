@@ -84,6 +84,6 @@ def test_try_it_side_by_side_judged_saved_then_served_to_an_openai_client(served
     assert answer.model == "demo@2" and answer.choices[0].message.content is not None
     other = project_factory()
     _, their_key = project_token_create(user=other.owner, project=other, name="theirs")
-    with pytest.raises(openai.PermissionDeniedError):
+    with pytest.raises(openai.NotFoundError, match="no such checkpoint"):  # as an id that does not exist
         openai.OpenAI(base_url=f"{served_app}/api/checkpoints/{checkpoint.pk}/openai/v1", api_key=their_key,
                       max_retries=0).chat.completions.create(model="demo@2", messages=[{"role": "user", "content": "x"}])

@@ -6,19 +6,19 @@ not fit the model's context as soon as the numbers are in, and the launch refuse
 Screenshots go to var/screenshots/."""
 from __future__ import annotations
 
-import socket
 
 import pytest
 from django.utils import timezone
 
 from tests.judge_double import HttpError
 from tests.webapp.factories import (
-    judge_factory, mcp_server_factory, project_factory, run_factory, scenario_set_factory,
+    TEST_TINY_MODEL, judge_factory, mcp_server_factory, project_factory, run_factory, scenario_set_factory,
 )
 from tests.webapp.judge_words import PEOPLE_READ, UNTRANSLATED, judged_group
 from tests.webapp.test_browser import ARGS, CHROMIUM, SHOTS, log_in, server  # noqa: F401 - the daphne fixture
 from tests.webapp.test_error_causes import SERVER_DOWN
 from tests.webapp.test_prompt_budget_pages import SYSTEM, mail_tools
+from tests.webapp.world import free_port
 from webapp.models import Run, RunStatus
 
 pytestmark = [pytest.mark.django_db(transaction=True),
@@ -39,9 +39,7 @@ def model_check_at_launch(monkeypatch):
 
 
 def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_port()  # nothing listens there
 
 
 def test_the_group_trajectory_and_compare_pages_show_no_untranslated_judge_id(server):  # noqa: F811
@@ -135,7 +133,7 @@ def test_the_agent_form_warns_a_prompt_that_cannot_fit_and_the_launch_refuses_it
         page.goto(f"{server}/projects/{project.pk}/agents/new/")
         expect(page.locator("#prompt-budget-pending")).to_be_visible(timeout=15_000)
         page.fill("#id_name", "mail agent")
-        page.fill("#id_base_model", str(tiny_model_dir))
+        page.select_option("#id_base_model", TEST_TINY_MODEL)  # tiny_model_dir, by its catalogue name
         page.fill("#id_system_prompt", SYSTEM)
         page.select_option("#id_environment_kind", "mcp")
         page.select_option("#id_mcp_server", str(mailbox.pk))

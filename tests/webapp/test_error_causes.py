@@ -4,22 +4,20 @@ last checkpoint" is said only of a run that stopped mid-way, the one place where
 from __future__ import annotations
 
 import re
-import socket
 
 import pytest
 from django.urls import reverse
 
 from tests.judge_double import HttpError
 from tests.webapp.factories import agent_factory, judge_factory, project_factory, run_factory, scenario_set_factory
+from tests.webapp.world import free_port
 from webapp.models import Run, RunStatus
 
 pytestmark = pytest.mark.django_db
 
 
 def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_port()  # nothing listens there
 
 
 def _test_judge(client, judge) -> str:

@@ -11,7 +11,8 @@ from webapp.models import Agent, Role, Scenario, ScenarioSet
 pytestmark = pytest.mark.django_db
 
 
-def test_an_editor_creates_the_codenames_agent_with_its_boards_and_held_out_boards(client):
+def test_an_editor_creates_the_codenames_agent_with_its_boards_and_held_out_boards(client, settings):
+    settings.STUDIO_HF_MODELS = ["Qwen/*"]  # the deployment allows the Hugging Face id named below
     project = project_factory()
     client.force_login(project.owner)
     data = {"example": "codenames", "base_model": "Qwen/Qwen2.5-0.5B-Instruct", "scenarios": 6, "held_out": 2}
@@ -33,9 +34,9 @@ def test_an_unknown_example_or_too_many_scenarios_is_refused_and_creates_nothing
     project = project_factory()
     client.force_login(project.owner)
     url = reverse("agent-from-example", args=[project.id])
-    bad = client.post(url, {"example": "chess", "base_model": "m", "scenarios": 5, "held_out": 0})
+    bad = client.post(url, {"example": "chess", "base_model": "tiny-2048", "scenarios": 5, "held_out": 0})
     assert bad.status_code == 400 and "chess" in bad.content.decode()
-    assert client.post(url, {"example": "temporal_clue", "base_model": "m", "scenarios": 401,
+    assert client.post(url, {"example": "temporal_clue", "base_model": "tiny-2048", "scenarios": 401,
                              "held_out": 0}).status_code == 400
     assert not Agent.objects.filter(project=project).exists() and not ScenarioSet.objects.filter(project=project)
 
@@ -45,7 +46,7 @@ def test_a_viewer_or_an_outsider_cannot_create_an_example_agent_in_someone_elses
     viewer = member_factory(project=project, role=Role.VIEWER)
     outsider = user_factory()
     project_factory(owner=outsider)  # an ordinary account with a project of its own
-    data = {"example": "tictactoe-self", "base_model": "m", "scenarios": 3, "held_out": 0}
+    data = {"example": "tictactoe-self", "base_model": "tiny-2048", "scenarios": 3, "held_out": 0}
     client.force_login(viewer)
     assert client.post(reverse("agent-from-example", args=[project.id]), data).status_code == 403
     client.force_login(outsider)

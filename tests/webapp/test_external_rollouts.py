@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -22,7 +21,7 @@ from rest_framework.test import APIClient
 
 from tests.webapp.conftest import ROOT, wait_for
 from tests.webapp.factories import (
-    agent_factory, judge_factory, member_factory, project_factory, run_factory,
+    TEST_TINY_MODEL, agent_factory, judge_factory, member_factory, project_factory, run_factory,
 )
 from webapp.live.ingest import run_event_ingest
 from webapp.models import ExternalCall, ExternalGroup, Role, RunEvent, RunStatus
@@ -270,19 +269,15 @@ def test_a_run_without_a_judge_needs_the_clients_rewards():
 # --- the endpoint, in front of a real inference server --------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def inference_server(tiny_model_dir):
     """The project's own local inference server on the tiny model, serving it as `tiny@0`, requiring the
     deployment's token as a worker's engine starts it (so every call through the endpoint must carry it)."""
     from django.conf import settings
 
-    port = _free_port()
+    from tests.webapp.world import free_port
+
+    port = free_port()
     token = settings.STUDIO_INFERENCE_TOKEN
     proc = subprocess.Popen([sys.executable, "-m", "training.servers.local", "--model", str(tiny_model_dir),
                              "--served-model-name", "tiny@0", "--port", str(port), "--threads", "1"],
@@ -428,7 +423,7 @@ def test_an_agent_can_roll_out_in_your_own_code_with_its_options_checked(client)
 
     project = project_factory()
     client.force_login(project.owner)
-    form = {"name": "mine", "base_model": "var/tiny-model", "environment_kind": "external", "temperature": 1,
+    form = {"name": "mine", "base_model": "tiny-2048", "environment_kind": "external", "temperature": 1,
             "top_p": 1, "max_tokens": 64}
     bad = client.post(f"/projects/{project.id}/agents/new/", {**form, "environment_options": '{"on_missing": "wait"}'})
     assert bad.status_code == 400 and "on_missing" in bad.content.decode()
@@ -439,7 +434,7 @@ def test_an_agent_can_roll_out_in_your_own_code_with_its_options_checked(client)
         "group_timeout_s": 30.0, "on_missing": "skip", "allow_unsampled": False, "upstream_timeout_s": None}
     # the API goes through the same check
     response = user_client(project.owner).post("/api/agents/", {
-        "project": project.id, "name": "api", "base_model": "m", "environment_kind": "external",
+        "project": project.id, "name": "api", "base_model": "tiny-2048", "environment_kind": "external",
         "environment_options": {"group_timeout_s": -1}}, format="json")
     assert response.status_code == 400 and "group_timeout_s" in str(response.json()["environment_options"])
 
@@ -486,7 +481,7 @@ def test_an_agent_in_your_own_code_trains_a_run_on_the_tiny_model_through_the_we
 
     settings.STUDIO_ENGINE = "training.loop:train"
     project = project_factory()
-    agent = agent_factory(project=project, base_model=str(tiny_model_dir), environment_kind="external",
+    agent = agent_factory(project=project, base_model=TEST_TINY_MODEL, environment_kind="external",
                           environment_options={"group_timeout_s": 120, "on_missing": "fail"}, max_tokens=6)
     run = run_factory(project=project, agent=agent, steps=2,
                       overrides={"grpo": {"groups_per_step": 1}})
@@ -641,9 +636,11 @@ def test_the_endpoint_sends_the_deployments_token_to_the_runs_own_server_and_nev
     try:
         for kind in ("local", "external"):
             run = external_run()
-            run.config = {**run.config, "server": {**run.config.get("server", {}), "kind": kind}}
+            url = f"http://127.0.0.1:{upstream.server_port}/v1"  # an external server is the run's server.url
+            run.config = {**run.config, "server": {**run.config.get("server", {}), "kind": kind,
+                                                   **({"url": url} if kind == "external" else {})}}
             run.save(update_fields=["config"])
-            open_step(run, base_url=f"http://127.0.0.1:{upstream.server_port}/v1")
+            open_step(run, base_url=url)
             user_client(run.project.owner).post(f"/api/runs/{run.id}/openai/v1/chat/completions",
                                                 {"messages": [{"role": "user", "content": "hi"}]}, format="json")
     finally:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import random
-import socket
 import subprocess
 import sys
 import time
@@ -19,8 +18,8 @@ import pytest
 import requests
 
 from tests.judge_double import JudgeDouble, marker_or_brevity
-from tests.webapp.conftest import ROOT, _worker_env, wait_for
-from tests.webapp.factories import project_factory, rubric_factory
+from tests.webapp.conftest import ROOT, wait_for
+from tests.webapp.factories import TEST_TINY_MODEL, project_factory, rubric_factory
 from webapp.models import Agent, Run, RunStatus, Scenario, ScenarioSet
 from webapp.storable import storable
 
@@ -29,38 +28,11 @@ pytestmark = pytest.mark.django_db(transaction=True)
 STEPS, GROUP_SIZE, GROUPS = 3, 4, 2
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
-def web(tmp_path):
-    """daphne on the test database, running launched runs in its own process (the embedded executor)."""
-    port = _free_port()
-    env = _worker_env(None) | {"REDIS_URL": "", "STUDIO_EXECUTOR": "inprocess", "STUDIO_API_PER_MINUTE": "100000",
-                               "STUDIO_API_ANON_PER_MINUTE": "100000",
-                               "RUBRIC_STUDIO_JUDGE_CACHE": str(tmp_path / "judge-cache")}
-    log = tmp_path / "daphne.log"
-    proc = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                             "webapp.asgi:application"], cwd=ROOT, env=env, stdout=open(log, "w"),
-                            stderr=subprocess.STDOUT, start_new_session=True)
-
-    def up() -> bool:
-        assert proc.poll() is None, log.read_text()[-3000:]
-        with socket.socket() as s:
-            return s.connect_ex(("127.0.0.1", port)) == 0
-
-    wait_for(up, timeout=60, interval=0.2, message="daphne to listen")
-    proc.log = log  # type: ignore[attr-defined]
-    proc.url = f"http://127.0.0.1:{port}"  # type: ignore[attr-defined]
-    yield proc
-    proc.terminate()
-    try:
-        proc.wait(timeout=60)  # the executor's run (and its engine child) stop with it
-    except subprocess.TimeoutExpired:
-        proc.kill()
+def web(app_server):
+    """The served app (tests/webapp/world.py): daphne on the test database, running launched runs in its own
+    process (the embedded executor); `.url` and `.log`."""
+    return app_server
 
 
 def _boards(n: int) -> list[str]:
@@ -84,7 +56,7 @@ def _launch(web, judge: JudgeDouble, tiny_model_dir, *, steps: int = STEPS, grou
     from webapp.services.secrets import secret_encrypt
 
     project = project_factory(name="external")
-    agent = Agent.objects.create(project=project, name="my own 2048 agent", base_model=str(tiny_model_dir),
+    agent = Agent.objects.create(project=project, name="my own 2048 agent", base_model=TEST_TINY_MODEL,
                                  system_prompt=DEMO_SYSTEM_PROMPT, environment_kind="external",
                                  environment_options=options or {"group_timeout_s": 240, "on_missing": "fail"},
                                  max_tokens=12)

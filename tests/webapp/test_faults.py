@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from django.db import connection
 
 from tests.webapp.conftest import SCRIPTED_ENGINE, run_story, wait_for
 from tests.webapp.factories import agent_factory, project_factory, scenario_set_factory
+from tests.webapp.world import free_port, start_daphne, wait_listening
 from webapp.models import JudgeCall, Run, RunStatus, Trajectory
 from webapp.services import runs as run_services
 
@@ -145,26 +145,11 @@ def test_a_dropped_database_connection_mid_run_is_survived_without_a_resume(
     _check_and_record(run, before, "database connections dropped", moment, state, fault_table)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _redis_server(port: int, log: Path) -> subprocess.Popen:
     proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
                              "--appendonly", "no", "--logfile", str(log)], start_new_session=True)
-    import redis
-
-    wait_for(lambda: _pings(redis.Redis(port=port)), timeout=20, message="the private redis-server")
+    wait_listening(port, proc=proc, log=log, timeout=20, what="the private redis-server")
     return proc
-
-
-def _pings(client) -> bool:
-    try:
-        return bool(client.ping())
-    except Exception:
-        return False
 
 
 def test_a_redis_restart_mid_run_is_survived(start_celery_worker, fault_table, settings, monkeypatch, tmp_path):
@@ -175,7 +160,7 @@ def test_a_redis_restart_mid_run_is_survived(start_celery_worker, fault_table, s
     from webapp.celery_app import app
     from webapp.tasks import run_execute_task
 
-    port = _free_port()
+    port = free_port()
     server = _redis_server(port, tmp_path / "redis.log")
     try:
         monkeypatch.setenv("REDIS_URL", f"redis://127.0.0.1:{port}/0")
@@ -329,20 +314,12 @@ def test_kill_9_of_the_inference_server_between_rollouts_and_training_fails_the_
 
 
 def _daphne(port: int, log: Path) -> subprocess.Popen:
-    """The web process as docs/webapp.md deploys it (daphne on the ASGI app), on the test database."""
-    from tests.webapp.conftest import ROOT, _worker_env
+    """The web process as docs/webapp.md deploys it, on the test database: its own, not the world's shared one
+    (this test kills it with -9 and restarts it on the same port)."""
+    from tests.webapp.conftest import _worker_env
 
     env = _worker_env(None) | {"STUDIO_API_PER_MINUTE": "100000"}  # the test saves faster than a person
-    proc = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                             "webapp.asgi:application"], cwd=ROOT, env=env, stdout=open(log, "ab"),
-                            stderr=subprocess.STDOUT, start_new_session=True)
-
-    def up() -> bool:
-        assert proc.poll() is None, log.read_text()[-3000:]
-        with socket.socket() as s:
-            return s.connect_ex(("127.0.0.1", port)) == 0
-    wait_for(up, timeout=60, interval=0.2, message="daphne to listen")
-    return proc
+    return start_daphne(env, log, port=port).proc
 
 
 def test_kill_9_of_the_daphne_web_process_mid_override_loses_no_confirmed_override(fault_table, tmp_path):
@@ -359,7 +336,7 @@ def test_kill_9_of_the_daphne_web_process_mid_override_loses_no_confirmed_overri
 
     run = run_factory(status=RunStatus.COMPLETED)
     trajectories = _group(run, step=1, scores=[0.9, 0.5, 0.1, 0.3])
-    port, log = _free_port(), tmp_path / "daphne.log"
+    port, log = free_port(), tmp_path / "daphne.log"
     base = f"http://127.0.0.1:{port}"
     server = _daphne(port, log)
     http = requests.Session()

@@ -9,7 +9,8 @@ from django.test import override_settings
 from django.urls import reverse
 
 from judging.cli import GroupLine
-from tests.webapp.factories import project_factory
+from tests.built_models import tiny_model_path
+from tests.webapp.factories import TEST_TINY_MODEL, project_factory
 from webapp.execution.runner import run_execute
 from webapp.models import RunStatus, Trajectory
 from webapp.selectors.review import run_groups_jsonl
@@ -22,8 +23,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def _game_run(example: str, model_dir, options: dict | None = None):
     project = project_factory()
+    assert model_dir == tiny_model_path()  # built, and listed in the tests' catalogue as TEST_TINY_MODEL
     agent, scenario_set = agent_from_example(user=project.owner, project=project, example=example,
-                                             base_model=str(model_dir), scenarios=2, held_out=0)
+                                             base_model=TEST_TINY_MODEL, scenarios=2, held_out=0)
     if options:
         agent.environment_options = {**agent.environment_options, **options}
         agent.save()

@@ -10,6 +10,7 @@ from django.core.exceptions import ValidationError
 from judging import JudgeError
 from studio.key_policy import POLICY_ENV
 from studio.scoring import JudgeScorer, JudgeScorerOptions
+from tests.judge_double import JudgeDouble
 from tests.webapp.factories import agent_factory, project_factory, scenario_set_factory
 from webapp.execution.runner import engine_env
 from webapp.forms import JudgeConfigForm
@@ -92,3 +93,30 @@ def test_the_engine_refuses_a_key_sent_to_an_endpoint_the_policy_does_not_allow(
                                        api_base=EVIL))
     assert JudgeScorer(JudgeScorerOptions(judge_model="openai/gpt-4o-mini", api_key_env="OPENAI_API_KEY",
                                           api_base=OPENAI))
+
+
+def test_the_form_offers_exactly_the_key_variables_that_saving_test_judge_and_launch_accept(
+        judge_double, settings, monkeypatch):
+    """Issue 43: the demo's key variable (added to the policy by settings, not in the raw variable the web
+    process's scorer read) was offered, then refused by Test judge and launch; a variable not ending in _API_KEY
+    was offered, then refused on save. One rule (webapp/judge_keys.py) now decides all of them."""
+    from webapp.services.judge_probe import judge_config_reachable_check, judge_config_test
+
+    raw = {"OPENAI_API_KEY": [OPENAI], "DATABASE_URL": [""]}  # what the administrators set in the environment
+    monkeypatch.setenv(POLICY_ENV, json.dumps(raw))
+    settings.STUDIO_JUDGE_KEY_ENDPOINTS = {"OPENAI_API_KEY": (OPENAI,), "DATABASE_URL": ("",),
+                                           "DEMO_JUDGE_API_KEY": (judge_double.api_base,)}  # + the demo's binding
+    monkeypatch.setenv("DEMO_JUDGE_API_KEY", "sk-demo")
+    offered = {key for key, _ in JudgeConfigForm().fields["api_key_env"].choices} - {""}
+    assert offered == {"OPENAI_API_KEY", "DEMO_JUDGE_API_KEY"}
+
+    project = project_factory()
+    demo = catalogue.judge_config_create(user=project.owner, project=project, name="demo", model=judge_double.model,
+                                         api_key_env="DEMO_JUDGE_API_KEY", api_base=judge_double.api_base)
+    with pytest.raises(ValidationError, match="ending in _API_KEY"):
+        _judge(project, name="db", api_key_env="DATABASE_URL", api_base="")
+    judge_double.responder = JudgeDouble.score_by(lambda text: 0.5)
+    tested = judge_config_test(user=project.owner, judge=demo)
+    assert tested["ok"], tested["error"]
+    judge_config_reachable_check(user=project.owner, judge=demo)  # launch's check: no refusal
+    assert "DATABASE_URL" not in json.loads(engine_env(Run(judge_config=demo))[POLICY_ENV])

@@ -12,7 +12,9 @@ from django.urls import reverse
 from rest_framework.test import APIClient
 
 from studio.key_policy import parse_key_policy
-from tests.webapp.factories import agent_factory, judge_factory, project_factory, run_factory, scenario_set_factory
+from tests.webapp.factories import (
+    TEST_TINY_MODEL, agent_factory, catalogue_model, judge_factory, project_factory, run_factory, scenario_set_factory,
+)
 from webapp.execution.runner import run_execute
 from webapp.models import Run, RunStatus
 
@@ -44,8 +46,10 @@ def _field_errors(html: str, field: str) -> str:
     return found.group(1)
 
 
-def test_a_missing_model_directory_is_shown_beside_the_agent_and_launches_nothing(editor, model_check, tmp_path):
-    agent = agent_factory(project=editor.project, base_model=str(tmp_path / "no-such-model"))
+def test_a_missing_model_directory_is_shown_beside_the_agent_and_launches_nothing(editor, model_check, tmp_path,
+                                                                                   settings):
+    # the deployment lists a directory that is not on this machine
+    agent = agent_factory(project=editor.project, base_model=catalogue_model(settings, tmp_path / "no-such-model"))
     response = editor.post(reverse("run-launch", args=[editor.project.id]), _form(editor.project, agent))
     assert response.status_code == 400
     html = response.content.decode()
@@ -53,11 +57,11 @@ def test_a_missing_model_directory_is_shown_beside_the_agent_and_launches_nothin
     assert "Traceback" not in html and Run.objects.count() == 0
 
 
-def test_a_directory_without_config_json_is_refused(editor, model_check, tmp_path, tiny_model_dir):
+def test_a_directory_without_config_json_is_refused(editor, model_check, tmp_path, tiny_model_dir, settings):
     model = tmp_path / "model"
     shutil.copytree(tiny_model_dir, model)
     (model / "config.json").unlink()
-    agent = agent_factory(project=editor.project, base_model=str(model))
+    agent = agent_factory(project=editor.project, base_model=catalogue_model(settings, model))
     response = editor.post(reverse("run-launch", args=[editor.project.id]), _form(editor.project, agent))
     assert response.status_code == 400
     assert "no loadable config.json" in _field_errors(response.content.decode(), "agent")
@@ -65,18 +69,19 @@ def test_a_directory_without_config_json_is_refused(editor, model_check, tmp_pat
 
 
 def test_max_tokens_beyond_the_models_context_is_refused_and_within_it_launches(editor, model_check, tiny_model_dir):
-    too_long = agent_factory(project=editor.project, base_model=str(tiny_model_dir), max_tokens=5000)
+    too_long = agent_factory(project=editor.project, base_model=TEST_TINY_MODEL, max_tokens=5000)
     response = editor.post(reverse("run-launch", args=[editor.project.id]), _form(editor.project, too_long))
     assert response.status_code == 400
     assert "sampling.max_tokens 5000 is more than base model" in _field_errors(response.content.decode(), "agent")
-    fits = agent_factory(project=editor.project, base_model=str(tiny_model_dir), max_tokens=64,
+    fits = agent_factory(project=editor.project, base_model=TEST_TINY_MODEL, max_tokens=64,
                          environment_options={"exact_match": True})  # a reward of its own: no judge needed
     assert editor.post(reverse("run-launch", args=[editor.project.id]),
                        _form(editor.project, fits, name="fits")).status_code == 302
     assert list(Run.objects.values_list("name", flat=True)) == ["fits"]
 
 
-def test_the_api_answers_an_uncached_hub_id_with_400_and_the_message(model_check, tmp_path, monkeypatch):
+def test_the_api_answers_an_uncached_hub_id_with_400_and_the_message(model_check, tmp_path, monkeypatch, settings):
+    settings.STUDIO_HF_MODELS = ["someorg/*"]  # allowed by the deployment, but not in this machine's cache
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hub"))
     project = project_factory()
     api = APIClient()
@@ -127,7 +132,8 @@ def test_a_celery_launch_leaves_the_key_to_the_worker_which_fails_the_run_at_onc
 def test_the_worker_checks_the_model_before_starting_the_engine(settings, tmp_path):
     settings.STUDIO_MODEL_CHECK = "worker"
     project = project_factory()  # the agent's model went away after the launch (the base model is the agent's)
-    run = run_factory(project=project, agent=agent_factory(project=project, base_model=str(tmp_path / "deleted-model")))
+    model = catalogue_model(settings, tmp_path / "deleted-model")
+    run = run_factory(project=project, agent=agent_factory(project=project, base_model=model))
     assert run_execute(run_id=run.id, worker="test-worker") == RunStatus.FAILED
     run.refresh_from_db()
     assert run.error.startswith(f"base model {tmp_path / 'deleted-model'}: no such directory")

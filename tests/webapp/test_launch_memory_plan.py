@@ -8,7 +8,7 @@ from django.core.cache import cache
 from django.test import override_settings
 from django.urls import reverse
 
-from tests.webapp.factories import agent_factory, project_factory, scenario_set_factory
+from tests.webapp.factories import TEST_TINY_MODEL, agent_factory, project_factory, scenario_set_factory
 from training.gpu_sharing import GpuMemory, parse_smi
 from webapp.models import Run
 from webapp.services.gpu_plans import CACHE_KEY, worker_gpus_report
@@ -22,7 +22,7 @@ def editor(client, tiny_model_dir):
     project = project_factory()
     client.force_login(project.owner)
     client.project = project
-    client.agent = agent_factory(project=project, base_model=str(tiny_model_dir),
+    client.agent = agent_factory(project=project, base_model=TEST_TINY_MODEL,
                                  environment_options={"exact_match": True})
     cache.delete(CACHE_KEY)
     yield client

@@ -25,7 +25,7 @@ def _stdio(project) -> McpServer:
 
 
 def _agent(project, server, name="mail agent"):
-    return agent_create(user=project.owner, project=project, name=name, base_model="var/tiny-model",
+    return agent_create(user=project.owner, project=project, name=name, base_model="tiny-2048",
                         environment_kind="mcp", environment_options={}, mcp_server=server, mcp_reward="reference")
 
 

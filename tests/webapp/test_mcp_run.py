@@ -13,7 +13,7 @@ import pytest
 
 from tests.training.mcp_helpers import MAILBOX, quick_mailbox_model
 from tests.webapp.mcp_web_helpers import set_catalogue
-from tests.webapp.factories import project_factory
+from tests.webapp.factories import catalogue_model, project_factory
 from training.environments.mailbox_server.mailbox import Mailbox, generate, scenario_records
 from webapp.execution.executors import wait_idle
 from webapp.models import Run, RunStatus, Scenario, ScenarioSet, Trajectory
@@ -58,7 +58,8 @@ def _launch(project, model_dir: Path, marker: str, settings) -> Run:
     set_catalogue(settings, mailbox={"args": [*MAILBOX, "--transport", "stdio"], "env": {"RS_MCP_RUN_MARK": marker}})
     server = svc.mcp_server_create(user=project.owner, project=project, name="mailbox", transport="stdio",
                                    catalogue_entry="mailbox", per_call_timeout_s=20)
-    agent = agent_create(user=project.owner, project=project, name="mail agent", base_model=str(model_dir),
+    agent = agent_create(user=project.owner, project=project, name="mail agent",
+                         base_model=catalogue_model(settings, model_dir, name="test-mailbox"),
                          system_prompt=MAILBOX_SYSTEM_PROMPT, environment_kind="mcp", environment_options={},
                          mcp_server=server, mcp_max_turns=3, mcp_answer_tool="answer", mcp_reward="reference",
                          temperature=1.0, top_p=1.0, max_tokens=48)

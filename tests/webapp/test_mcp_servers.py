@@ -157,7 +157,7 @@ def test_a_tool_description_from_the_server_is_escaped_on_the_page(client):
 def _mcp_agent(client, project, server) -> Agent:
     client.force_login(project.owner)
     response = client.post(f"/projects/{project.pk}/agents/new/", {
-        "name": "mail agent", "base_model": "var/tiny-model", "environment_kind": "mcp", "mcp_server": server.pk,
+        "name": "mail agent", "base_model": "tiny-2048", "environment_kind": "mcp", "mcp_server": server.pk,
         "mcp_max_turns": 4, "mcp_answer_tool": "answer", "mcp_reward": "reference", "temperature": 1.0,
         "top_p": 1.0, "max_tokens": 256})
     assert response.status_code == 302, response.content.decode()[-2000:]
@@ -204,7 +204,7 @@ def test_a_server_spec_cannot_reach_the_workers_except_through_a_project_server(
 
     server = mcp_server_factory(project=project)
     with pytest.raises(ValidationError, match="a server spec cannot be written"):
-        agent_create(user=project.owner, project=project, name="a", base_model="m", environment_kind="mcp",
+        agent_create(user=project.owner, project=project, name="a", base_model="tiny-2048", environment_kind="mcp",
                      environment_options={"server": spec}, mcp_server=server)
     with pytest.raises(ValidationError, match="choose one of this project's MCP servers"):
         agent_update(user=project.owner, agent=agent, environment_kind="mcp",
@@ -235,7 +235,7 @@ def test_the_api_chooses_a_project_server_for_an_mcp_agent_by_its_id():
     foreign = mcp_server_factory(project=project_factory())
     api = APIClient()
     api.force_authenticate(project.owner)
-    body = {"project": project.pk, "name": "a", "base_model": "var/tiny-model", "environment_kind": "mcp",
+    body = {"project": project.pk, "name": "a", "base_model": "tiny-2048", "environment_kind": "mcp",
             "environment_options": {"mcp_server": server.pk, "reward": "reference"}}
     response = api.post("/api/agents/", body, format="json")
     assert response.status_code == 201, response.content

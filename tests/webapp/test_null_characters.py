@@ -112,7 +112,7 @@ def test_a_persons_json_with_nul_is_refused_by_the_api_and_the_forms_and_nothing
     response = api.post(f"/api/scenario-sets/{scenario_set.pk}/scenarios/",
                         {"user_message": "Where?", "metadata": {"note": f"a{NUL}b"}}, format="json")
     assert response.status_code == 400 and "U+0000" in response.json()["detail"]
-    response = api.post("/api/agents/", {"project": project.pk, "name": "a", "base_model": "var/tiny-model",
+    response = api.post("/api/agents/", {"project": project.pk, "name": "a", "base_model": "tiny-2048",
                                          "environment_kind": "tools",
                                          "environment_options": {f"tools{NUL}": ["calculator"]}}, format="json")
     assert response.status_code == 400 and "U+0000" in response.json()["detail"]
@@ -120,7 +120,7 @@ def test_a_persons_json_with_nul_is_refused_by_the_api_and_the_forms_and_nothing
 
     client.force_login(project.owner)
     page = client.post(f"/projects/{project.pk}/agents/new/", {
-        "name": "b", "base_model": "var/tiny-model", "environment_kind": "tools",
+        "name": "b", "base_model": "tiny-2048", "environment_kind": "tools",
         "environment_options": '{"tools": ["calculator\\u0000"]}', "temperature": 1.0, "top_p": 1.0,
         "max_tokens": 256})
     assert page.status_code == 400 and "holds a null character (U+0000)" in page.content.decode()

@@ -9,7 +9,10 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from tests.webapp.factories import agent_factory, mcp_server_factory, project_factory, scenario_set_factory
+from tests.built_models import tiny_model_path
+from tests.webapp.factories import (
+    TEST_TINY_MODEL, agent_factory, mcp_server_factory, project_factory, scenario_set_factory,
+)
 from webapp.models import Run
 
 pytestmark = pytest.mark.django_db
@@ -29,7 +32,8 @@ def model_check(settings):
 
 def _mcp_agent(project, model, *, tools, max_tokens=256):
     server = mcp_server_factory(project=project, tools=tools, tools_listed_at=timezone.now())
-    return agent_factory(project=project, base_model=str(model), system_prompt=SYSTEM, environment_kind="mcp",
+    assert model == tiny_model_path()  # built, and listed in the tests' catalogue as TEST_TINY_MODEL
+    return agent_factory(project=project, base_model=TEST_TINY_MODEL, system_prompt=SYSTEM, environment_kind="mcp",
                          environment_options={"mcp_server": server.id, "reward": "reference"},
                          max_tokens=max_tokens)
 
@@ -80,7 +84,7 @@ def test_the_agent_form_shows_the_prompts_share_of_the_context_and_warns_when_it
     scenario_set_factory(project=project, name="mail tasks")
     server = mcp_server_factory(project=project, tools=mail_tools(4), tools_listed_at=timezone.now())
     client.force_login(project.owner)
-    form = {"base_model": str(tiny_model_dir), "system_prompt": SYSTEM, "environment_kind": "mcp",
+    form = {"base_model": TEST_TINY_MODEL, "system_prompt": SYSTEM, "environment_kind": "mcp",
             "mcp_server": server.id, "max_tokens": 256}
     url = reverse("agent-prompt-budget", args=[project.id])
     too_long = client.post(url, form).content.decode()
@@ -98,7 +102,7 @@ def test_an_mcp_server_never_listed_is_said_to_be_uncounted(client, model_check,
     server = mcp_server_factory(project=project)
     client.force_login(project.owner)
     html = client.post(reverse("agent-prompt-budget", args=[project.id]), {
-        "base_model": str(tiny_model_dir), "system_prompt": SYSTEM, "environment_kind": "mcp",
+        "base_model": TEST_TINY_MODEL, "system_prompt": SYSTEM, "environment_kind": "mcp",
         "mcp_server": server.id, "max_tokens": 64}).content.decode()
     assert "tools are not counted: use Test connection" in html
 
@@ -109,7 +113,7 @@ def test_another_projects_mcp_server_is_not_read(client, model_check, tiny_model
     attacker = project_factory()
     client.force_login(attacker.owner)
     html = client.post(reverse("agent-prompt-budget", args=[attacker.id]), {
-        "base_model": str(tiny_model_dir), "system_prompt": SYSTEM, "environment_kind": "mcp",
+        "base_model": TEST_TINY_MODEL, "system_prompt": SYSTEM, "environment_kind": "mcp",
         "mcp_server": victim.id, "max_tokens": 64}).content.decode()
     assert "4 tools" not in html and "tools are not counted" in html
 

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from tests.webapp.conftest import wait_for
-from tests.webapp.factories import member_factory, project_factory, scenario_set_factory
+from tests.webapp.factories import TEST_TINY_MODEL, member_factory, project_factory, scenario_set_factory
 from tests.webapp.fixed_answers_engine import REWARDS
 from training.grpo import group_advantages
 from webapp.execution.executors import wait_idle
@@ -24,7 +24,7 @@ def _launch(tiny_model_dir, *, project, gate: bool, name: str) -> Run:
     from training.demo import demo_config
 
     lora = demo_config(out_dir="unused", steps=1, model_dir=tiny_model_dir).lora.model_dump()
-    agent = Agent.objects.create(project=project, name=name, base_model=str(tiny_model_dir),
+    agent = Agent.objects.create(project=project, name=name, base_model=TEST_TINY_MODEL,
                                  system_prompt="Play 2048.", environment_kind="fixed_answers", max_tokens=8)
     return run_launch(user=project.owner, project=project, name=name, agent=agent,
                       scenario_set=scenario_set_factory(project=project, scenarios=2), steps=1, group_size=4,

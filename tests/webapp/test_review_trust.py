@@ -117,7 +117,8 @@ def test_the_judges_presentation_numbers_are_translated_to_the_labels_people_see
     assert body["explanation"] == "Clear, but weaker than trajectory C."
 
 
-def test_editing_an_agent_after_launch_changes_nothing_the_run_shows_or_resumes_with(client):
+def test_editing_an_agent_after_launch_changes_nothing_the_run_shows_or_resumes_with(client, settings):
+    settings.STUDIO_HF_MODELS = ["org/*"]  # the deployment allows both models named below
     project = project_factory()
     agent = agent_factory(project=project, base_model="org/model-v1", system_prompt="Be brief.")
     run = run_factory(project=project, agent=agent, status=RunStatus.FAILED,

@@ -4,7 +4,6 @@ the first step: a chat agent with no judge, a judge that does not answer."""
 from __future__ import annotations
 
 import re
-import socket
 
 import pytest
 from django.urls import reverse
@@ -12,6 +11,7 @@ from django.utils.html import escape
 from rest_framework.test import APIClient
 
 from tests.webapp.factories import agent_factory, judge_factory, project_factory, run_factory, scenario_set_factory
+from tests.webapp.world import free_port
 from webapp.models import Run, RunStatus
 
 pytestmark = pytest.mark.django_db
@@ -30,9 +30,7 @@ def _outside_details(html: str) -> str:
 
 
 def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_port()  # nothing listens there
 
 
 def _form(project, agent, **extra):

@@ -14,7 +14,9 @@ not after the startup timeout), more tools than MAX_TOOLS or a tool larger than 
 A stdio server runs through mcp_sandbox.py: a scrubbed environment, its own process group, CPU, memory and
 wall-time limits ($STUDIO_MCP_CPU_S, $STUDIO_MCP_MEMORY_MB, $STUDIO_MCP_WALL_S), and another user where the
 deployment names one ($STUDIO_MCP_RUN_AS). An HTTP server's connections go to `connect_to` when it is given (the
-address the web app checked; DNS is not asked again, so a name cannot be rebound to another address meanwhile).
+address the web app checked; DNS is not asked again, so a name cannot be rebound to another address meanwhile);
+otherwise each request's host passes the egress policy (egress/, from the environment the web app gives the engine)
+and the connection goes to the address that was checked.
 """
 from __future__ import annotations
 
@@ -261,11 +263,15 @@ async def _transport(stack: AsyncExitStack, spec: StdioServer | HttpServer, time
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
 
-    transport: Any = None
     if spec.connect_to:
         from urllib.parse import urlsplit
 
-        transport = _PinnedTransport(httpx2.AsyncHTTPTransport(), urlsplit(spec.url).hostname or "", spec.connect_to)
+        transport: Any = _PinnedTransport(httpx2.AsyncHTTPTransport(), urlsplit(spec.url).hostname or "",
+                                          spec.connect_to)
+    else:  # each request's host checked against the egress policy and connected to as checked (egress/)
+        from egress import PinnedAsyncTransport
+
+        transport = PinnedAsyncTransport(inner=httpx2.AsyncHTTPTransport)
     http = await stack.enter_async_context(httpx2.AsyncClient(
         headers=spec.all_headers(), timeout=httpx2.Timeout(timeout_s, read=max(timeout_s, 300.0)),
         transport=transport, event_hooks={"response": [mcp.on_http_response]}))

@@ -15,6 +15,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from webapp.api import dataset_serializers as ds
+from webapp.api.negotiation import JSON_ONLY
 from webapp.api.views import _InProject, _picker, _project, _ProjectListMixin
 from webapp.models import Agent, Checkpoint, JudgeConfig, Role, RubricVersion, ScenarioSet
 from webapp.models.datasets import Dataset, DatasetVersion, Distillation
@@ -34,7 +35,7 @@ class DatasetViewSet(_ProjectListMixin, mixins.RetrieveModelMixin, mixins.Create
         serializer.instance = dataset_services.dataset_create(user=self.request.user, project=project, **data)
 
     @extend_schema(request={"multipart/form-data": ds.DatasetUploadSerializer}, responses={201: ds.DatasetVersionSerializer})
-    @action(detail=True, methods=["post"], parser_classes=[MultiPartParser, FormParser])
+    @action(detail=True, methods=["post"], parser_classes=[MultiPartParser, FormParser], **JSON_ONLY)
     def upload(self, request: Request, pk=None) -> Response:
         dataset = self.get_object()
         body = ds.DatasetUploadSerializer(data=request.data)

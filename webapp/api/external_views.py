@@ -3,7 +3,6 @@ endpoint. Authenticated by a project token (`Bearer rs_...`), a user's own token
 looked up for an editor of its project (selectors/external.py), and every write is a service."""
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django.conf import settings
@@ -15,7 +14,6 @@ from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.exceptions import MethodNotAllowed, NotAuthenticated, ParseError, Throttled, ValidationError
-from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -23,6 +21,8 @@ from rest_framework.views import APIView
 from webapp.api import external_serializers as s
 from webapp.api.auth import EXTERNAL_AUTHENTICATION, BearerAuthentication
 from webapp.api.errors import exception_handler
+from webapp.api.parsers import BoundedJSONParser
+from webapp.input_rules import json_loads_bounded
 from webapp.models import Run
 from webapp.ratelimit import ExternalThrottle
 from webapp.selectors.external import external_run_get, rollouts_state
@@ -79,7 +79,7 @@ class RolloutsView(_ExternalView):
 
 
 class RolloutGroupsView(_ExternalView):
-    parser_classes = [JSONParser]
+    parser_classes = [BoundedJSONParser]
 
     @extend_schema(operation_id="runs_rollouts_groups_create", request=s.GroupSubmissionSerializer,
                    responses={201: s.GroupSubmittedSerializer,
@@ -142,7 +142,7 @@ def _answer(upstream: external_proxy.Upstream) -> HttpResponse:
 
 def _chat_body(request: HttpRequest) -> tuple[dict, str | None]:
     try:
-        body = json.loads(_body(request) or b"null")
+        body = json_loads_bounded(_body(request) or b"null", name="body")
     except ValueError as err:
         raise ParseError(f"the body is not JSON: {err}") from None
     if not isinstance(body, dict) or not isinstance(body.get("messages"), list):

@@ -3,9 +3,10 @@
 the parameter (DRF's own class quietly falls back to the defaults), and the schema states the ranges."""
 from __future__ import annotations
 
-from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.request import Request
+
+from webapp.input_rules import INT_MAX, whole_number
 
 
 def query_int(request: Request, name: str, *, minimum: int = 0, maximum: int | None = None) -> int | None:
@@ -13,10 +14,7 @@ def query_int(request: Request, name: str, *, minimum: int = 0, maximum: int | N
     raw = request.query_params.get(name)
     if raw is None:
         return None
-    bound = f" from {minimum} to {maximum}" if maximum is not None else f" of at least {minimum}"
-    if not raw.strip().isdigit() or int(raw) < minimum or (maximum is not None and int(raw) > maximum):
-        raise ValidationError({name: [f"must be a whole number{bound}, not {raw[:40]!r}"]})
-    return int(raw)
+    return whole_number(raw, name=name, minimum=minimum, maximum=INT_MAX if maximum is None else maximum)
 
 
 class Pagination(LimitOffsetPagination):

@@ -13,6 +13,7 @@ from rest_framework.response import Response
 from webapp.selectors import access, review as review_selectors
 from webapp.api import serializers as s
 from webapp.api.parsers import InputJSONParser
+from webapp.input_rules import INT_MAX, whole_numbers
 from webapp.models import JudgeConfig, Rescore, Role, RubricVersion
 from webapp.services import playground as playground_services
 from webapp.services import review as review_services
@@ -71,7 +72,8 @@ class RunReviewActions:
         return Response(s.RunAgreementSerializer(review_selectors.run_agreement(run=self.get_object())).data)
 
     @extend_schema(parameters=[OpenApiParameter(
-        "t", {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1, "maxItems": 6},
+        "t", {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": INT_MAX}, "minItems": 1,
+              "maxItems": 6},
         required=True, style="form", explode=True, description="trajectory ids, 1 to 6")],
                    responses=s.CompareColumnSerializer(many=True))
     @action(detail=True, methods=["get"])
@@ -79,7 +81,7 @@ class RunReviewActions:
         ids = request.query_params.getlist("t")
         if not ids or len(ids) > 6 or not all(i.isdigit() for i in ids):
             raise ValidationError({"t": ["give 1 to 6 trajectory ids of this run, each a whole number"]})
-        columns = review_selectors.compare_columns(run=self.get_object(), trajectory_ids=[int(i) for i in ids])
+        columns = review_selectors.compare_columns(run=self.get_object(), trajectory_ids=whole_numbers(ids, name="t"))
         return self.get_paginated_response(s.CompareColumnSerializer(self.paginate_queryset(columns), many=True).data)
 
     @extend_schema(request=s.ForkSerializer, responses={201: s.RunSerializer})

@@ -9,14 +9,18 @@ from django.conf import settings
 from drf_spectacular.openapi import AutoSchema
 from rest_framework import serializers
 
+from webapp.input_rules import INT_MAX
+
 ERROR_SCHEMA = {
     "type": "object",
     "description": "Every error of the API. `detail` says what went wrong in a sentence; a 400 also names each "
                    "field it refused, with that field's messages (a list of strings, or for a list of objects "
-                   "one entry per object).",
+                   "one entry per object). A 409, 413 or 429 over a limit or cap also names it and its numbers "
+                   "(`limit_name` or `cap`, `limit`, `usage`).",
     "properties": {"detail": {"type": "string"}},
     "required": ["detail"],
-    "additionalProperties": {"oneOf": [{"type": "array"}, {"type": "object"}, {"type": "string"}]},
+    "additionalProperties": {"oneOf": [{"type": "array"}, {"type": "object"}, {"type": "string"},
+                                       {"type": "integer"}]},
 }
 
 _ERRORS = {
@@ -24,6 +28,8 @@ _ERRORS = {
     "401": "No valid credentials: send `Authorization: Token <key>` (tokens are made on the API token page).",
     "403": "A member of the project whose role does not allow this (viewer, reviewer, editor, admin).",
     "404": "No such object, or it belongs to a project you are not a member of (the two are not told apart).",
+    "409": "Conflict: the request was valid but clashes with what exists, e.g. a name the project uses already "
+           "(agents, scenario sets, rubrics, judges, datasets, MCP servers); the body says which. Nothing was changed.",
     "429": "Too many requests: wait the number of seconds in `Retry-After`, then retry.",
 }
 _WRITES = {"post", "put", "patch", "delete"}
@@ -60,7 +66,9 @@ def rate_limits_text() -> str:
     return (f"Each user may make {settings.STUDIO_API_PER_MINUTE} API calls a minute, and each address without "
             f"credentials {settings.STUDIO_API_ANON_PER_MINUTE}; beyond that the API answers 429 with a "
             "`Retry-After` header giving the seconds to wait. Administrators set the limits with "
-            "STUDIO_API_PER_MINUTE and STUDIO_API_ANON_PER_MINUTE.")
+            "STUDIO_API_PER_MINUTE and STUDIO_API_ANON_PER_MINUTE."
+            + (f" This deployment multiplies every limit by {settings.STUDIO_THROTTLE_SCALE} (STUDIO_THROTTLE_SCALE, "
+               "meant for test deployments only)." if settings.STUDIO_THROTTLE_SCALE > 1 else ""))
 
 
 def _response(code: str) -> dict[str, Any]:
@@ -84,9 +92,25 @@ def _non_blank_strings(schemas: dict[str, Any]) -> None:
                 prop.setdefault("pattern", r"\S")
 
 
+def _bounded_integers(node: Any) -> None:
+    """Every whole number the API reads, in a body, a query or a path, fits 64 bits (webapp/input_rules.py):
+    beyond that it is a 400 naming it, so the schema says so."""
+    if isinstance(node, dict):
+        if node.get("type") == "integer":
+            node.setdefault("maximum", INT_MAX)
+            node.setdefault("minimum", -INT_MAX)
+        for value in node.values():
+            _bounded_integers(value)
+    elif isinstance(node, list):
+        for value in node:
+            _bounded_integers(value)
+
+
 def error_responses(result: dict[str, Any], generator, request, public) -> dict[str, Any]:
     result.setdefault("components", {}).setdefault("schemas", {})["Error"] = ERROR_SCHEMA
     _non_blank_strings(result["components"]["schemas"])
+    _bounded_integers(result["components"]["schemas"])
+    _bounded_integers(result.get("paths", {}))
     for path, operations in result.get("paths", {}).items():
         for method, operation in operations.items():
             if method not in _WRITES | {"get", "head"}:
@@ -98,6 +122,8 @@ def error_responses(result: dict[str, Any], generator, request, public) -> dict[
             # Ids in the path, and ids in a body, name objects the user may not see.
             if "{" in path or method in _WRITES:
                 codes.append("404")
+            if method in ("post", "put", "patch"):  # a name taken, a state that does not allow it
+                codes.append("409")
             for code in codes:
                 operation["responses"].setdefault(code, _response(code))
             for code, response in operation["responses"].items():  # refusals an operation names (409, 413, 422)

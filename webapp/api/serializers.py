@@ -36,6 +36,9 @@ class ProjectSerializer(serializers.ModelSerializer):
 
 
 class AgentSerializer(serializers.ModelSerializer):
+    # checked by the agent services (webapp/model_catalogue.py): a 400 naming base_model for anything else
+    base_model = serializers.CharField(max_length=200, help_text="A name from this deployment's model catalogue, or "
+                                       "a Hugging Face id it allows (STUDIO_HF_MODELS); never a path.")
     system_prompt = serializers.CharField(required=False, allow_blank=True, max_length=PROMPT_MAX)
     temperature = serializers.FloatField(required=False, min_value=0.0, max_value=2.0)
     top_p = TopPField(required=False)

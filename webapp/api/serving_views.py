@@ -4,13 +4,11 @@
     /api/checkpoints/<id>/openai/v1/chat/completions   /api/checkpoints/<id>/openai/v1/models
     /api/projects/<id>/openai/v1/chat/completions       /api/projects/<id>/openai/v1/models  (model: "<run>@<step>")
 
-Authenticated by a project token of the checkpoint's project (another project's token is a 403), a user's own
-token or the session, for an editor of the project (a served answer spends the project's server time)."""
+Authenticated by a project token of the checkpoint's project (another project's token is a 404, as for a
+checkpoint that does not exist), a user's own token or the session, for an editor of the project (a served answer
+spends the project's server time)."""
 from __future__ import annotations
 
-import json
-
-from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework.exceptions import MethodNotAllowed, NotAuthenticated, ParseError, Throttled, ValidationError
@@ -18,6 +16,7 @@ from rest_framework.request import Request
 
 from webapp.api.auth import EXTERNAL_AUTHENTICATION
 from webapp.api.external_views import _answer, _body, _refusal
+from webapp.input_rules import json_loads_bounded
 from webapp.models import Checkpoint, Project, ProjectToken, Role
 from webapp.ratelimit import ExternalThrottle
 from webapp.services import external_proxy, serving_proxy
@@ -38,12 +37,10 @@ def _project(request: HttpRequest, *, project_id: int | None, checkpoint_id: int
     if checkpoint_id is not None:
         project_id = Checkpoint.objects.filter(pk=checkpoint_id).values_list("run__project_id", flat=True).first()
     project = Project.objects.filter(pk=project_id).first() if project_id is not None else None
-    if project is None:
-        raise Http404("no such checkpoint" if checkpoint_id is not None else "no such project")
     token = drf_request.auth
-    if isinstance(token, ProjectToken) and token.project_id != project.pk:
-        raise PermissionDenied(f"this token belongs to project {token.project.name!r}; the checkpoint is in another "
-                               "project")
+    # Another project's token is told exactly what a missing checkpoint is told: no oracle of which ids exist.
+    if project is None or (isinstance(token, ProjectToken) and token.project_id != project.pk):
+        raise Http404("no such checkpoint" if checkpoint_id is not None else "no such project")
     require_role(user=user, project=project, role=Role.EDITOR)
     return project
 
@@ -51,7 +48,7 @@ def _project(request: HttpRequest, *, project_id: int | None, checkpoint_id: int
 def _chat_admitted(request: HttpRequest, project_id: int | None, checkpoint_id: int | None):
     project = _project(request, project_id=project_id, checkpoint_id=checkpoint_id, methods=("POST",))
     try:
-        body = json.loads(_body(request) or b"null")
+        body = json_loads_bounded(_body(request) or b"null", name="body")
     except ValueError as err:
         raise ParseError(f"the body is not JSON: {err}") from None
     if not isinstance(body, dict) or not isinstance(body.get("messages"), list):

@@ -2,10 +2,10 @@ from __future__ import annotations
 
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
-from rest_framework.authtoken.views import obtain_auth_token
 from rest_framework.routers import DefaultRouter
 
 from webapp.api import dataset_views, external_views, serving_views, views
+from webapp.api.token_views import TokenView
 
 app_name = "api"  # the router's names (run-detail, …) must not shadow the pages'
 router = DefaultRouter()
@@ -24,7 +24,7 @@ router.register("dataset-versions", dataset_views.DatasetVersionViewSet, basenam
 router.register("distillations", dataset_views.DistillationViewSet, basename="distillation")
 
 urlpatterns = [
-    path("token/", obtain_auth_token, name="api-token"),
+    path("token/", TokenView.as_view(), name="api-token"),  # a password for a token, behind the login limits
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     # Swagger UI from this server's files (drf-spectacular-sidecar), its start-up script a file of its own (the
     # split view), so the site's CSP (no inline script) holds on this page too.

@@ -15,6 +15,7 @@ from rest_framework.views import APIView
 from webapp.selectors import access, runs as run_selectors
 from webapp.selectors.mcp import mcp_test_view
 from webapp.api import serializers as s
+from webapp.api.negotiation import JSON_ONLY
 from webapp.api.pagination import query_int
 from webapp.api.parsers import InputJSONParser
 from webapp.api.review_views import GroupReviewActions, RescoreViewSet, RunReviewActions, TrajectoryReviewActions
@@ -129,7 +130,7 @@ class ScenarioSetViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixin
         return Response(s.ScenarioSerializer(scenario).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request={"multipart/form-data": s.UploadSerializer}, responses={201: s.ScenarioSetSerializer})
-    @action(detail=True, methods=["post"], parser_classes=[MultiPartParser, FormParser])
+    @action(detail=True, methods=["post"], parser_classes=[MultiPartParser, FormParser], **JSON_ONLY)
     def upload(self, request: Request, pk=None) -> Response:
         scenario_set = self.get_object()
         body = s.UploadSerializer(data=request.data)

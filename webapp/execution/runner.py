@@ -27,6 +27,8 @@ from training.config import TrainerConfig
 from training.errors import TrainingError
 
 from studio.key_policy import POLICY_ENV
+from webapp.egress_policy import egress_env
+from webapp.judge_keys import judge_key_policy
 from webapp.live.ingest import run_event_ingest
 from webapp.models import Run, RunStatus
 from webapp.selectors.external import external_groups_to_forward, external_last_trained_step, is_external
@@ -68,7 +70,9 @@ def engine_env(run: Run) -> dict[str, str]:
     # The token its inference server requires of every request, and that the web app's endpoint sends it.
     env["STUDIO_INFERENCE_TOKEN"] = settings.STUDIO_INFERENCE_TOKEN
     # The engine checks the judge's key against the administrators' policy too, whatever the config says.
-    env[POLICY_ENV] = json.dumps({key: list(bases) for key, bases in settings.STUDIO_JUDGE_KEY_ENDPOINTS.items()})
+    env[POLICY_ENV] = json.dumps({key: list(bases) for key, bases in judge_key_policy().items()})
+    # ... and every outbound address (judge API base, MCP servers) against the deployment's egress policy.
+    env.update(egress_env())
     if judge is not None and judge.api_key_encrypted and not judge.api_key_env:
         # Only the child's environment ever holds the plain key; the stored config names the variable.
         env["STUDIO_JUDGE_API_KEY"] = secret_decrypt(token=judge.api_key_encrypted)

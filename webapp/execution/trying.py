@@ -71,8 +71,9 @@ def try_execute(*, session_id: int) -> str:
     server = _wait_ready(session)
     if isinstance(server, str):
         return _fail(session_id, server)
-    TrySession.objects.filter(pk=session_id).update(status=Status.RUNNING,
-                                                    server_wait_s=time.monotonic() - waited)
+    if not TrySession.objects.filter(pk=session_id, status=Status.STARTING).update(
+            status=Status.RUNNING, server_wait_s=time.monotonic() - waited):
+        return "ended"  # a person ended it while it waited (services.trying.try_end)
     try:
         checkpoints = Checkpoint.objects.in_bulk([c["checkpoint_id"] for c in session.columns if c["checkpoint_id"]])
         serving_adapters_load(server=server, checkpoints=[checkpoints[c["checkpoint_id"]] for c in session.columns
@@ -93,9 +94,13 @@ def _roll_out(session: TrySession, server: ProjectServer, spec: dict, env: dict[
     proc.stdin.write((json.dumps(spec) + "\n").encode())
     proc.stdin.close()
     answers, failure = list(session.answers), ""
-    buffer, fd = b"", proc.stdout.fileno()
+    buffer, fd, checked = b"", proc.stdout.fileno(), time.monotonic()
     while True:
         ready, _, _ = select.select([fd], [], [], 1.0)
+        if time.monotonic() - checked >= 1.0:
+            checked = time.monotonic()
+            if _ended(session.pk):  # a person ended it: its place under the caps is free, so its work stops
+                proc.kill()
         if not ready:
             project_server_touch(server_id=server.pk)
             continue
@@ -116,11 +121,15 @@ def _roll_out(session: TrySession, server: ProjectServer, spec: dict, env: dict[
     for answer in answers:
         if answer["status"] in ("waiting", "answering"):
             answer.update(status="failed", error=answer.get("error") or failure or "the rollout ended unfinished")
-    TrySession.objects.filter(pk=session.pk).update(
+    TrySession.objects.filter(pk=session.pk, status=Status.RUNNING).update(
         answers=storable(answers), status=Status.DONE if any(a["status"] == "done" for a in answers) else Status.FAILED,
         error=storable(failure)[:5000], finished_at=timezone.now())
     close_old_connections()
     return Status.DONE
+
+
+def _ended(session_id: int) -> bool:
+    return not TrySession.objects.filter(pk=session_id, status=Status.RUNNING).exists()
 
 
 def _record(session: TrySession, answers: list[dict], line: bytes) -> str:

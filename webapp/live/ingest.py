@@ -16,6 +16,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from webapp.execution.engine_address import engine_address_problem
 from webapp.live.evaluation_events import (alert_payload, evaluation_failed_payload, evaluation_payload,
                                            held_out_loss_payload, tracker_failed_payload)
 from webapp.live.override_redo import overrides_capture, overrides_settle
@@ -347,8 +348,15 @@ def _on_rollouts_wanted(run: Run, e: dict[str, Any]) -> dict[str, Any]:
     rollouts API reads it from here (selectors/external.py); the run's endpoint forwards to `base_url`."""
     step = int(e["step"])
     groups = [g for g in e.get("groups") or [] if isinstance(g, dict)]
-    _set_phase(run, f"step {step}: waiting for {len(groups)} group{'s' if len(groups) != 1 else ''} from your code",
-               external_base_url=str(e.get("base_url") or "")[:500])
+    # The event is what the engine printed: its address is recorded only where this worker's settings put the
+    # run's server, else nothing is (the endpoint then answers that the run is not serving, and says why here).
+    address = str(e.get("base_url") or "")[:500]
+    if problem := engine_address_problem(config=run.config or {}, base_url=address):
+        log.warning("run %s: the engine's server address is not recorded: %s", run.pk, problem)
+        address = ""
+    waiting = f"step {step}: waiting for {len(groups)} group{'s' if len(groups) != 1 else ''} from your code"
+    _set_phase(run, (waiting + (f" (its endpoint is off: {problem})" if problem else ""))[:200],
+               external_base_url=address)
     # The server's address stays on the run: pages and their members are sent the rest, never where it listens.
     return {k: v for k, v in e.items() if k not in ("kind", "base_url")} | {"step": step, "groups": groups}
 

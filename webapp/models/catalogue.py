@@ -14,7 +14,9 @@ MESSAGE_MAX = 20_000
 class Agent(models.Model):
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="agents")
     name = models.CharField(max_length=200)
-    base_model = models.CharField(max_length=500, help_text="A Hugging Face model id or a local directory.")
+    # Stored as chosen (a catalogue name or an allowed id); agents saved before the catalogue may hold a source.
+    base_model = models.CharField(max_length=500, help_text="A name from the deployment's model catalogue "
+                                  "(STUDIO_BASE_MODELS) or a Hugging Face id it allows (STUDIO_HF_MODELS).")
     system_prompt = models.TextField(blank=True, max_length=PROMPT_MAX)
     environment_kind = models.CharField(max_length=100, default="chat")
     environment_options = models.JSONField(default=dict, blank=True)

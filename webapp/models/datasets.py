@@ -3,11 +3,17 @@
 A version is immutable (its rows never change): an upload, accepted distillation drafts or an edit make the next
 version, and a run names the version it trained on, so what a run shows and resumes with never moves (DESIGN
 §8 invariant 1). Rows are the OpenAI chat format as training/sft_data.py validates it.
+
+Stored data is shared, not copied (DESIGN §8 invariant 8): a row is stored once, by the version that added it
+(`DatasetRow.version`), at its position in every version that holds it (`index`). An appended version stores
+only its new rows and names its `base`; its rows are the rows of its chain (itself, its base, the base's base...),
+whose positions are disjoint and contiguous, so `version.rows.order_by("index")` reads them in order.
 """
 from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
+from django.db.models import QuerySet
 
 from webapp.models.catalogue import ImmutableError
 from webapp.models.projects import Project
@@ -40,8 +46,9 @@ class DatasetVersion(models.Model):
     number = models.PositiveIntegerField()
     source = models.CharField(max_length=20, choices=Source.choices)
     note = models.CharField(max_length=500, blank=True, help_text="Where the rows came from, in a sentence.")
-    # The version this one added rows to (None: it replaced the rows, or it is the first).
-    base = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    # The version this one added rows to (None: it replaced the rows, or it is the first). Its rows are part of
+    # this version's, so it can only go with its dataset (RESTRICT), never alone.
+    base = models.ForeignKey("self", null=True, blank=True, on_delete=models.RESTRICT, related_name="+")
     row_count = models.PositiveIntegerField(default=0)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -58,14 +65,35 @@ class DatasetVersion(models.Model):
     def __str__(self) -> str:
         return f"{self.dataset.name} v{self.number}"
 
+    def chain_ids(self) -> list[int]:
+        """This version's id and its bases' (newest first): the versions that stored its rows. One query."""
+        if self.base_id is None:
+            return [self.pk]
+        bases = dict(DatasetVersion.objects.filter(dataset_id=self.dataset_id, number__lt=self.number)
+                     .values_list("id", "base_id"))
+        chain, current = [self.pk], self.base_id
+        while current is not None and current not in chain:
+            chain.append(current)
+            current = bases.get(current)
+        return chain
+
+    @property
+    def rows(self) -> QuerySet["DatasetRow"]:
+        """Every row of this version (its own and its bases'), to be ordered by `index`."""
+        return DatasetRow.objects.filter(version_id__in=self.chain_ids(), index__lt=self.row_count)
+
 
 class DatasetRow(models.Model):
-    version = models.ForeignKey(DatasetVersion, on_delete=models.CASCADE, related_name="rows")
-    index = models.PositiveIntegerField(help_text="0-based position in the version (its JSONL line order).")
+    # The version that added the row; the versions appended after it hold it too (DatasetVersion.rows).
+    version = models.ForeignKey(DatasetVersion, on_delete=models.CASCADE, related_name="own_rows")
+    index = models.PositiveIntegerField(help_text="0-based position in the versions that hold it (its JSONL line "
+                                                  "order).")
     messages = models.JSONField()
     tools = models.JSONField(null=True, blank=True)
     # Where the row came from: {"line": N} for an upload; for distillation the scenario, teacher, judge score.
     metadata = models.JSONField(default=dict, blank=True)
+    # Bytes of the row as JSON (messages, tools, metadata), counted against the project's dataset bytes.
+    size = models.PositiveIntegerField(default=0)
 
     class Meta:
         ordering = ["version_id", "index"]

@@ -27,16 +27,14 @@ def dataset_version_for(*, dataset: Dataset, number: int | None) -> DatasetVersi
 
 
 def dataset_version_rows(*, version: DatasetVersion, offset: int = 0, limit: int = 20) -> list[DatasetRow]:
-    return list(version.rows.order_by("index")[offset: offset + limit])
+    """Rows offset..offset+limit of the version, in order. A version's positions are 0..row_count-1 across its
+    chain, so a page is a range of positions (an index range scan), not an offset into a sorted whole."""
+    return list(version.rows.filter(index__gte=offset, index__lt=offset + limit).order_by("index"))
 
 
 def dataset_version_jsonl(*, version: DatasetVersion) -> Iterator[str]:
     """The version as JSONL, one conversation a line, in batches (a large version is never loaded whole)."""
-    last = -1
-    while True:
-        batch = list(version.rows.filter(index__gt=last).order_by("index")[:EXPORT_BATCH])
-        if not batch:
-            return
-        for row in batch:
+    rows = version.rows  # the chain is read once
+    for start in range(0, version.row_count, EXPORT_BATCH):
+        for row in rows.filter(index__gte=start, index__lt=start + EXPORT_BATCH).order_by("index"):
             yield json.dumps(row.as_json(), ensure_ascii=False) + "\n"
-        last = batch[-1].index

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from webapp.model_catalogue import BaseModelChoiceError, resolve_base_model
 from webapp.models import Agent, McpServer, Project
 
 
@@ -48,7 +49,11 @@ def agent_prompt_budget(*, project: Project, base_model: str, system_prompt: str
 
     tools, known = agent_tools(project=project, environment_kind=environment_kind,
                                environment_options=environment_options, mcp_server_id=mcp_server_id)
-    counter, error = model_counter(base_model)
+    try:  # only the deployment's models are read, never a directory the form was sent
+        source = resolve_base_model(base_model).source
+    except BaseModelChoiceError as err:
+        return {"budget": None, "error": str(err), "tools_known": known, "sets": [], "problem": None}
+    counter, error = model_counter(source)
     if counter is None:
         return {"budget": None, "error": error, "tools_known": known, "sets": [], "problem": None}
     tokenizer, context = counter

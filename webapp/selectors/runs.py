@@ -192,7 +192,7 @@ def run_settings(*, run: Run) -> list[dict[str, Any]]:
     scenarios, held_out = _scenario_split(c)
     sections = [
         {"title": "Model", "rows": [
-            ("Agent", f"{run.agent.name} v{run.agent_version}"), ("Base model", c.get("base_model")), ("System prompt", c.get("system_prompt") or "(none)"),
+            ("Agent", f"{run.agent.name} v{run.agent_version}"), ("Base model", c.get("base_model_name") or c.get("base_model")), ("System prompt", c.get("system_prompt") or "(none)"),
             ("Environment", env.get("kind")), ("Device", c.get("device")),
             ("Sampling", f"temperature {sampling.get('temperature')}, top_p {sampling.get('top_p')}, "
                          f"max_tokens {sampling.get('max_tokens')}"),

@@ -9,7 +9,10 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
-from studio.key_policy import key_policy_refusal, normalise_base
+from studio.key_policy import normalise_base
+from webapp.egress_policy import egress_refusal
+from webapp.judge_keys import judge_key_refusal
+from webapp.model_catalogue import BaseModelChoiceError, check_base_model_choice
 from webapp.models import Agent, JudgeConfig, Project, Role, Rubric, RubricVersion, Scenario, ScenarioSet
 from webapp.services.access import require_role
 from webapp.services.mcp_servers import mcp_environment_options_clean
@@ -18,9 +21,6 @@ from webapp.services.secrets import secret_encrypt
 
 AGENT_FIELDS = ("name", "base_model", "system_prompt", "environment_kind", "environment_options", "temperature",
                 "top_p", "max_tokens")
-# The judge's key variable must look like one: a free name would let an editor send any of the server's own
-# variables (SECRET_KEY, DATABASE_URL) to an api_base of their choosing.
-API_KEY_ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]*_API_KEY$")
 
 
 def _save(obj, *, unique_message: str) -> None:
@@ -81,9 +81,20 @@ def _external_options(options: dict[str, Any]) -> dict[str, Any]:
     return checked
 
 
+def _agent_base_model(fields: dict[str, Any], current: Agent | None = None) -> dict[str, Any]:
+    """An agent names one of the deployment's models (webapp/model_catalogue.py), never a path: the workers load
+    it. An edit that leaves the stored value as it was is not asked to choose again."""
+    if "base_model" in fields and not (current is not None and fields["base_model"] == current.base_model):
+        try:
+            fields["base_model"] = check_base_model_choice(str(fields["base_model"] or ""))
+        except BaseModelChoiceError as err:
+            raise ValidationError({"base_model": [str(err)]}) from None
+    return fields
+
+
 def agent_create(*, user, project: Project, **fields: Any) -> Agent:
     require_role(user=user, project=project, role=Role.EDITOR)
-    fields = _agent_environment(project, fields)
+    fields = _agent_environment(project, _agent_base_model(fields))
     agent = Agent(project=project, **{k: v for k, v in fields.items() if k in AGENT_FIELDS})
     _check_sampling(agent.temperature, agent.top_p, agent.max_tokens)
     _save(agent, unique_message="an agent with this name already exists in the project")
@@ -93,7 +104,7 @@ def agent_create(*, user, project: Project, **fields: Any) -> Agent:
 def agent_update(*, user, agent: Agent, **fields: Any) -> Agent:
     """An agent a run used becomes a new version (the run keeps its frozen settings); an unused one is edited."""
     require_role(user=user, project=agent.project, role=Role.EDITOR)
-    fields = _agent_environment(agent.project, fields, current=agent)
+    fields = _agent_environment(agent.project, _agent_base_model(fields, current=agent), current=agent)
     changed = False
     for key, value in fields.items():
         if key in AGENT_FIELDS and key != "name" and getattr(agent, key) != value:
@@ -260,11 +271,10 @@ def _apply_judge_fields(judge: JudgeConfig, fields: dict[str, Any]) -> None:
     if judge.budget_usd is not None:
         judge.budget_usd = Decimal(str(judge.budget_usd))
     errors = {}
-    if judge.api_key_env and not API_KEY_ENV_NAME.match(judge.api_key_env):
-        errors["api_key_env"] = ["must name an environment variable ending in _API_KEY, e.g. OPENAI_API_KEY"]
-    elif refusal := key_policy_refusal(settings.STUDIO_JUDGE_KEY_ENDPOINTS, api_key_env=judge.api_key_env,
-                                       api_base=judge.api_base):
+    if refusal := judge_key_refusal(api_key_env=judge.api_key_env, api_base=judge.api_base):
         errors["api_key_env"] = [refusal]
+    if refusal := egress_refusal(judge.api_base):  # the judge's (or teacher's) requests go there
+        errors["api_base"] = [refusal]
     if not 0.0 <= judge.temperature <= 2.0:
         errors["temperature"] = ["temperature must be between 0 and 2"]
     if not 1 <= judge.passes <= 10:

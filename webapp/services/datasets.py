@@ -1,15 +1,20 @@
 """Writes to datasets: create one, add a version from an upload (checked row by row: one bad row and nothing
-is stored) or from rows the app produced (accepted distillation drafts)."""
+is stored) or from rows the app produced (accepted distillation drafts). An appended version stores only its
+new rows (the earlier ones are shared through its base, webapp/models/datasets.py), and every version is
+counted against the project's limits (webapp/limits.py) before anything is stored."""
 from __future__ import annotations
 
+import json
 from typing import Any, Iterable
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
+from webapp.limits import limit_check
 from webapp.models import Project, Role
 from webapp.models.datasets import Dataset, DatasetRow, DatasetVersion
+from webapp.selectors.usage import dataset_rows_usage, dataset_versions_usage
 from webapp.services.access import require_role
 from webapp.storable import holds_nul
 
@@ -39,6 +44,7 @@ def dataset_upload(*, user, dataset: Dataset, file_name: str, data: bytes, mode:
     if len(data) > settings.STUDIO_MAX_UPLOAD_BYTES:
         raise ValidationError({"file": [f"the file is larger than {settings.STUDIO_MAX_UPLOAD_BYTES:,} bytes; "
                                         "split it into several uploads (append)"]})
+    # parse_jsonl refuses a line nested deeper than training.sft_data.MAX_DEPTH, naming it, before decoding it.
     conversations, errors = parse_jsonl(data, max_rows=settings.STUDIO_MAX_UPLOAD_ROWS)
     if errors:
         raise ValidationError({"file": [f"{file_name}: {e}" for e in errors]})
@@ -63,26 +69,41 @@ def _number_lines(rows: list[dict[str, Any]], data: bytes) -> None:
 def dataset_version_create(*, user, dataset: Dataset, rows: Iterable[dict[str, Any]], source: str, note: str,
                            append: bool) -> DatasetVersion:
     """The next version: the latest version's rows then `rows` ({"messages", "tools"?, "metadata"?}) when
-    `append`, else `rows` alone. Rows must already be valid conversations (callers check them)."""
+    `append`, else `rows` alone. Only `rows` are stored: an appended version shares its base's. Rows must already
+    be valid conversations (callers check them). Over a project limit: LimitExceeded, nothing stored."""
     require_role(user=user, project=dataset.project, role=Role.EDITOR)
-    new_rows = list(rows)
+    new_rows = [DatasetRow(messages=r["messages"], tools=r.get("tools") or None, metadata=r.get("metadata") or {})
+                for r in rows]
+    for row in new_rows:
+        row.size = row_size(row)
     with transaction.atomic():
-        # The dataset row lock serialises two uploads to one dataset: version numbers never collide.
+        # The project row lock serialises writes to one project's datasets: two uploads at once can neither make
+        # the same version number nor both fit under a limit that only one of them fits under.
+        Project.objects.select_for_update().filter(pk=dataset.project_id).first()
         locked = Dataset.objects.select_for_update().get(pk=dataset.pk)
         latest = locked.versions.order_by("-number").first()
-        kept = list(latest.rows.order_by("index").values("messages", "tools", "metadata")) if latest and append else []
-        total = len(kept) + len(new_rows)
+        base = latest if append and latest else None
+        kept = base.row_count if base else 0
+        total = kept + len(new_rows)
         if total > settings.STUDIO_MAX_UPLOAD_ROWS * 10:
             raise ValidationError({"file": [f"the dataset would hold {total:,} conversations; the most a version "
                                             f"holds is {settings.STUDIO_MAX_UPLOAD_ROWS * 10:,}"]})
         if not total:
             raise ValidationError({"file": ["a version needs at least one conversation"]})
+        stored_rows, stored_bytes = dataset_rows_usage(project=locked.project)
+        limit_check(limit_name="dataset_versions", usage=dataset_versions_usage(project=locked.project), adding=1)
+        limit_check(limit_name="dataset_rows", usage=stored_rows, adding=len(new_rows))
+        limit_check(limit_name="dataset_bytes", usage=stored_bytes, adding=sum(r.size for r in new_rows))
         version = DatasetVersion.objects.create(
             dataset=locked, number=(latest.number + 1) if latest else 1, source=source, note=note[:500],
-            base=latest if append and latest else None, row_count=total,
-            created_by=user if getattr(user, "is_authenticated", False) else None)
-        DatasetRow.objects.bulk_create(
-            DatasetRow(version=version, index=i, messages=r["messages"], tools=r.get("tools") or None,
-                       metadata=r.get("metadata") or {})
-            for i, r in enumerate(kept + new_rows))
+            base=base, row_count=total, created_by=user if getattr(user, "is_authenticated", False) else None)
+        for i, row in enumerate(new_rows, start=kept):
+            row.version, row.index = version, i
+        DatasetRow.objects.bulk_create(new_rows, batch_size=1000)
     return version
+
+
+def row_size(row: DatasetRow) -> int:
+    """The bytes a row is counted as: its messages, tools and metadata as compact JSON."""
+    return len(json.dumps([row.messages, row.tools, row.metadata], ensure_ascii=False,
+                          separators=(",", ":")).encode())

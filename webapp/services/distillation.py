@@ -24,9 +24,12 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from egress.failures import failure_detail
+from webapp.egress_policy import egress_refusal
 from webapp.execution.dispatch import DISTILLATION_EXECUTE, work_enqueue
 from webapp.models import Agent, Checkpoint, JudgeConfig, Project, Role, RubricVersion, Scenario, ScenarioSet
 from webapp.models.datasets import Dataset, DatasetVersion, Distillation, DistillationDraft
+from webapp.server_caps import distillations_admit
 from webapp.services.access import require_role
 from webapp.services.datasets import dataset_version_create
 from webapp.services.playground import _judge_key, judge_request_params
@@ -60,6 +63,10 @@ def distillation_create(*, user, project: Project, dataset: Dataset, agent: Agen
                                                 "one of the two")
     if rubric_version is not None and rubric_version.rubric.project_id != project.id:
         errors["rubric_version"] = ["choose one from this project"]
+    # The teacher's and the judge's API bases pass the egress policy now too: it may have narrowed since saving.
+    for field, obj in (("teacher", teacher), ("judge_config", judge_config)):
+        if obj is not None and field not in errors and (refusal := egress_refusal(obj.api_base)):
+            errors[field] = [f"the {field.split('_')[0]}'s API base: {refusal}"]
     if agent.environment_kind not in ENVIRONMENTS:
         errors["agent"] = [f"distillation rolls out {', '.join(ENVIRONMENTS)} agents; this one's environment is "
                            f"{agent.environment_kind}"]
@@ -87,6 +94,7 @@ def distillation_create(*, user, project: Project, dataset: Dataset, agent: Agen
                                api_key_env=judge_config.api_key_env or None),
     }
     with transaction.atomic():
+        distillations_admit(user=user, project=project)  # CapReached (429) over a cap
         job = Distillation.objects.create(
             project=project, dataset=dataset, agent=agent, scenario_set=scenario_set, teacher=teacher,
             teacher_checkpoint=teacher_checkpoint, judge_config=judge_config, rubric_version=rubric_version,
@@ -127,7 +135,7 @@ def distillation_execute(*, distillation_id: int) -> str:
         except Exception as err:  # noqa: BLE001 - shown on the job's page, never dropped
             Distillation.objects.filter(pk=job.id, status=Distillation.Status.RUNNING).update(
                 status=Distillation.Status.FAILED, finished_at=timezone.now(),
-                error=storable(f"{type(err).__name__}: {err}"))
+                error=storable(f"{type(err).__name__}: {failure_detail(err)}"))  # a status, never a reply's body
             return Distillation.Status.FAILED
     with transaction.atomic():
         DistillationDraft.objects.bulk_create(

@@ -8,8 +8,10 @@ from pathlib import Path
 from django.db import transaction
 
 from webapp.execution.dispatch import CHECKPOINT_EXPORT, work_enqueue
+from webapp.limits import limit_check
 from webapp.models import Checkpoint, ModelExport, Role
 from webapp.selectors.evaluation import run_evaluation_data
+from webapp.selectors.usage import exports_usage
 from webapp.services.access import require_role
 
 
@@ -25,6 +27,7 @@ def checkpoint_export_request(*, user, checkpoint: Checkpoint) -> ModelExport:
         running = checkpoint.exports.filter(status__in=(ModelExport.Status.QUEUED, ModelExport.Status.RUNNING)).first()
         if running is not None:
             return running
+        limit_check(limit_name="exports", usage=exports_usage(project=checkpoint.run.project), adding=1)
         export = ModelExport.objects.create(checkpoint=checkpoint, created_by=user, phase="waiting for a worker")
         transaction.on_commit(lambda: work_enqueue(name=CHECKPOINT_EXPORT, object_id=export.pk))
     return export

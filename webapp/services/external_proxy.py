@@ -25,9 +25,11 @@ from django.conf import settings
 from django.db import connection
 
 from training.external import group_opening, sse_chunks
+from webapp.limits import limit_check
 from webapp.models import ExternalGroup, ExternalTrajectory, Run, RunEvent
 from webapp.models.runs import ACTIVE_STATUSES
 from webapp.selectors.external import rollouts_open_step, rollouts_wanted_latest
+from webapp.selectors.usage import recorded_calls_usage
 from webapp.services.external import ExternalRefusal, NotServing
 from webapp.services.external_calls import external_call_record
 from webapp.services.external_checkpoints import checkpoint_served, checkpoint_used
@@ -245,6 +247,8 @@ def _chat_prepared(*, run: Run, body: dict[str, Any], trajectory_key: str | None
                  trajectory_key=trajectory_key, current=current, headers=_upstream_headers(run))
     if trajectory_key:
         call.step = _recorded_step(run, latest, request, trajectory_key, current)
+        # Checked before the call is sent: a call the project has no room to record is never sampled.
+        limit_check(limit_name="recorded_calls", usage=recorded_calls_usage(project=run.project), adding=1)
     if checkpoint is not None:
         call.checkpoint_path = checkpoint.path
         call.evicted = checkpoint_used(scope=f"run:{run.pk}", base_url=base_url, name=str(asked), current=current)

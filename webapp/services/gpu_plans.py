@@ -87,8 +87,13 @@ def agent_memory_plan_preview(*, agent: Any) -> dict[str, Any] | None:
     the launch page before anything is submitted (None without an agent)."""
     if agent is None:
         return None
+    from webapp.model_catalogue import BaseModelChoiceError, resolve_base_model
     from webapp.services.run_config import deep_merge
 
-    config = deep_merge({"base_model": agent.base_model, "scenarios": [{"id": "preview", "user_message": "-"}]},
+    try:
+        source = resolve_base_model(agent.base_model).source
+    except BaseModelChoiceError as err:  # the launch refuses it too, naming the agent
+        return {"gpus": "", "lines": [], "fits": None, "refusal": None, "problem": str(err)}
+    config = deep_merge({"base_model": source, "scenarios": [{"id": "preview", "user_message": "-"}]},
                         dict(settings.STUDIO_RUN_WORKER_CONFIG))
     return run_config_memory_plan(config=config)

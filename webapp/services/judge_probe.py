@@ -12,6 +12,7 @@ from typing import Any
 from django.core.cache import cache
 from django.core.exceptions import ValidationError
 
+from webapp.egress_policy import egress_refusal
 from webapp.models import JudgeConfig, Role
 from webapp.services.access import require_role
 from webapp.services.playground import judge_request_params
@@ -37,6 +38,9 @@ def judge_config_test(*, user, judge: JudgeConfig) -> dict[str, Any]:
     require_role(user=user, project=judge.project, role=Role.EDITOR)
     started = time.perf_counter()
     result: dict[str, Any] = {"ok": False, "model": judge.model, "cost_usd": None, "reply": "", "scores": []}
+    if refusal := egress_refusal(judge.api_base):  # nothing is sent to an address the policy refuses
+        result.update(error=f"judge {judge.model}: {refusal}", latency_s=time.perf_counter() - started)
+        return result
     try:
         base = judge_request_params(judge=judge)
         params = {**base, "timeout": TEST_TIMEOUT_S}

@@ -22,7 +22,8 @@ from django.utils import timezone
 from pydantic import ValidationError as PydanticError
 
 from webapp.execution.dispatch import MCP_TEST, work_enqueue
-from webapp.mcp_hosts import McpHostNotAllowed, check_url_allowed, parse_host_rules
+from webapp.egress_policy import egress_policy
+from webapp.mcp_hosts import McpHostNotAllowed, check_url_allowed
 from webapp.models import McpServer, Project, Role
 from webapp.services.access import require_role
 from webapp.services.secrets import secret_decrypt, secret_encrypt
@@ -146,9 +147,10 @@ def _save(server: McpServer) -> None:
 
 def mcp_url_check(*, url: str) -> list[Any]:
     """McpHostNotAllowed unless a worker testing the server may send a request to `url`
-    (STUDIO_MCP_ALLOWED_HOSTS): checked when a server is saved and again before every test, where the
-    connection then goes to the address that was checked (webapp/execution/mcp_testing.py)."""
-    return check_url_allowed(url, parse_host_rules(settings.STUDIO_MCP_ALLOWED_HOSTS))
+    (the egress policy: STUDIO_EGRESS_ALLOWED_HOSTS, STUDIO_MCP_ALLOWED_HOSTS): checked when a server is saved
+    and again before every test, where the connection then goes to the address that was checked
+    (webapp/execution/mcp_testing.py)."""
+    return check_url_allowed(url, egress_policy())
 
 
 def mcp_server_create(*, user, project: Project, **fields: Any) -> McpServer:

@@ -18,8 +18,9 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from studio.key_policy import key_policy_refusal
+from webapp.egress_policy import egress_refusal
 from webapp.execution.dispatch import PLAYGROUND_RESCORE, work_enqueue
+from webapp.judge_keys import judge_key_value
 from webapp.models import JudgeConfig, Project, Rescore, Role, RubricVersion, Trajectory, TrajectoryGroup
 from webapp.selectors.rewards import explanation_for_people
 from webapp.services.access import require_role
@@ -49,6 +50,8 @@ def playground_create(*, user, project: Project, group_ids: list[int], rubric_te
         errors["group_ids"] = ["choose groups of runs in this project"]
     if judge_config.project_id != project.id:
         errors["judge_config"] = ["choose a judge of this project"]
+    elif refusal := egress_refusal(judge_config.api_base):
+        errors["judge_config"] = [f"the judge's API base: {refusal}"]
     if base_version is not None and base_version.rubric.project_id != project.id:
         errors["base_version"] = ["choose a rubric version of this project"]
     if not (rubric_text or "").strip():
@@ -72,13 +75,10 @@ def playground_create(*, user, project: Project, group_ids: list[int], rubric_te
 
 
 def _judge_key(judge: JudgeConfig) -> str | None:
-    """The key given directly to litellm, if any; a key variable outside the admins' policy is refused."""
-    if judge.api_key_env:
-        refusal = key_policy_refusal(settings.STUDIO_JUDGE_KEY_ENDPOINTS, api_key_env=judge.api_key_env,
-                                     api_base=judge.api_base)
-        if refusal:
-            raise ValueError(refusal)
-        return None
+    """The key given directly to litellm, if any; a key variable outside the admins' policy, or not set in this
+    process, is refused (ValueError)."""
+    if judge.api_key_env:  # read here under the one policy (webapp/judge_keys.py), handed to the scorer
+        return judge_key_value(api_key_env=judge.api_key_env, api_base=judge.api_base)
     if judge.api_key_encrypted:
         return secret_decrypt(token=judge.api_key_encrypted)
     if judge.api_base:

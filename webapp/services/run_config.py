@@ -11,6 +11,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
+from webapp.model_catalogue import BaseModelChoiceError, ResolvedModel, resolve_base_model
 from webapp.models import Agent, Checkpoint, JudgeConfig, RubricVersion, Scenario, ScenarioSet
 from webapp.run_policy import override_problems
 from webapp.services.mcp_servers import mcp_agent_environment_options
@@ -96,9 +97,13 @@ def run_config_build(*, name: str, agent: Agent, scenario_set: ScenarioSet, rubr
     if judge is None and rubric_version is not None:
         raise ValidationError({"judge_config": ["a rubric needs a judge to apply it; choose a judge or no rubric"]})
     api_key_env = judge.api_key_env or ("STUDIO_JUDGE_API_KEY" if judge.has_stored_key else None) if judge else None
+    # The run freezes what the agent's model means today (the workers load `base_model`); a fork takes its
+    # parent's, below, whatever the agent names now.
+    model = None if parent is not None else agent_base_model_resolve(agent=agent)
     data: dict[str, Any] = {
         "name": config_name(name),
-        "base_model": agent.base_model,
+        "base_model": model.source if model else "",
+        "base_model_name": model.name if model else None,
         "system_prompt": agent.system_prompt,
         "scenarios": scenarios,
         "sampling": {"temperature": agent.temperature, "top_p": agent.top_p, "max_tokens": agent.max_tokens},
@@ -134,7 +139,16 @@ def run_config_build(*, name: str, agent: Agent, scenario_set: ScenarioSet, rubr
 
 
 # What a fork takes from its parent's frozen config (the rest is the fork's form, overrides and deployment).
-FORK_CARRIED = ("base_model", "system_prompt", "environment", "lora", "sampling")
+FORK_CARRIED = ("base_model", "base_model_name", "system_prompt", "environment", "lora", "sampling")
+
+
+def agent_base_model_resolve(*, agent: Agent) -> ResolvedModel:
+    """The deployment's model the agent names (webapp/model_catalogue.py); for anything else, e.g. a path
+    stored before the catalogue, a ValidationError beside the launch's agent that says to choose a model."""
+    try:
+        return resolve_base_model(agent.base_model)
+    except BaseModelChoiceError as err:
+        raise ValidationError({"agent": [f"agent {agent.name}: {err}"]}) from None
 
 
 def _serve_the_adapter(data: dict[str, Any]) -> None:

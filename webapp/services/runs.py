@@ -17,11 +17,13 @@ from django.utils import timezone
 
 from webapp.execution.dispatch import RUN_EXECUTE, work_enqueue
 from webapp.live.ingest import run_status_publish
+from webapp.limits import limit_check
 from webapp.models import (Agent, Checkpoint, DatasetVersion, JudgeConfig, Project, Role, RubricVersion, Run,
                            RunStatus, ScenarioSet)
 from webapp.models.runs import ACTIVE_STATUSES, PARKED
 from webapp.run_policy import text_for_people, worker_paths
 from webapp.selectors.prompt_budget import launch_tools
+from webapp.selectors.usage import checkpoint_bytes_usage
 from webapp.services.access import require_role
 from webapp.services.judge_probe import judge_config_reachable_check
 from webapp.services.mcp_servers import mcp_agent_run_secrets
@@ -95,6 +97,8 @@ def run_launch(*, user, project: Project, name: str, agent: Agent, scenario_set:
         raise ValidationError({"parent_checkpoint": ["choose a checkpoint of a run in this project"]})
     _same_project(project, agent=agent, scenario_set=scenario_set, rubric_version=rubric_version,
                   judge_config=judge_config)
+    # A run writes checkpoints as it trains, their size unknown now: refused once the project's reach its limit.
+    limit_check(limit_name="checkpoint_bytes", usage=checkpoint_bytes_usage(project=project), adding=0)
     # A fork keeps its parent's frozen MCP server (run_config_build), secrets included; a new run freezes the
     # agent's server now.
     secrets = parent_checkpoint.run.secrets_encrypted if parent_checkpoint is not None \

@@ -11,6 +11,7 @@ from pydantic import ValidationError as PydanticError
 
 from judging.errors import JudgeError
 from judging.scenarios import DraftResult, DraftScenario, draft_scenarios
+from webapp.egress_policy import egress_refusal
 from webapp.models import JudgeConfig, McpServer, Role, Scenario, ScenarioSet
 from webapp.services.access import require_role
 from webapp.services.playground import judge_request_params
@@ -22,6 +23,8 @@ def scenario_drafts_generate(*, user, scenario_set: ScenarioSet, judge: JudgeCon
     require_role(user=user, project=scenario_set.project, role=Role.EDITOR)
     if judge.project_id != scenario_set.project_id:
         raise ValidationError({"judge": ["choose a judge of this project"]})
+    if refusal := egress_refusal(judge.api_base):
+        raise ValidationError({"judge": [f"the judge's API base: {refusal}"]})
     if mcp_server is not None and mcp_server.project_id != scenario_set.project_id:
         raise ValidationError({"mcp_server": ["choose an MCP server of this project"]})
     if mcp_server is not None and not mcp_server.tools:

@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from webapp.execution.dispatch import SERVER_HOLD, work_enqueue
 from webapp.models import Checkpoint, Project, ProjectServer
+from webapp.server_caps import servers_admit
 from webapp.services.external_checkpoints import checkpoint_used
 
 SERVED_BASE = "base"  # the name the server gives the base model
@@ -65,6 +66,7 @@ def project_server_request(*, project: Project, base_model: str) -> tuple[Projec
             server.last_used_at = now
             server.save(update_fields=["last_used_at"])
             return server, False
+        servers_admit(project=project, base_model=base_model)  # a new start: CapReached (429) over a cap
         if problem:  # the worker that held it is gone: this start replaces it
             server.stop_reason = problem[:300]
         server.status, server.worker, server.base_url, server.error = Status.STARTING, "", "", ""

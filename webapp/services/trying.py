@@ -14,11 +14,14 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.utils import timezone
 
 from training.types import trajectory_label
 from webapp.execution.dispatch import TRY_EXECUTE, TRY_JUDGE, work_enqueue
+from webapp.model_catalogue import BaseModelChoiceError, resolve_base_model
 from webapp.models import Agent, Checkpoint, JudgeConfig, Project, Role, RubricVersion, Scenario, ScenarioSet, TrySession
 from webapp.selectors.rewards import explanation_for_people
+from webapp.server_caps import try_sessions_admit
 from webapp.services.access import require_role
 from webapp.services.catalogue import scenario_create
 from webapp.services.serving import SERVED_BASE, project_server_request, served_adapter_name
@@ -52,10 +55,15 @@ def try_create(*, user, project: Project, agent: Agent, checkpoint_ids: list[int
         errors["checkpoints"] = [f"choose at most {MAX_CHECKPOINTS} checkpoints"]
     elif not ids and not include_base:
         errors["checkpoints"] = ["choose the base model, a checkpoint, or both"]
-    others = sorted({c.run.config.get("base_model") for c in checkpoints.values()} - {agent.base_model})
-    if others and "agent" not in errors:
+    try:  # the deployment's model the agent names; a path stored before the catalogue is never loaded
+        model = resolve_base_model(agent.base_model)
+    except BaseModelChoiceError as err:
+        model = None
+        errors.setdefault("agent", [f"agent {agent.name}: {err}"])
+    others = sorted({c.run.config.get("base_model") for c in checkpoints.values()} - {model.source if model else None})
+    if others and model is not None and "agent" not in errors:
         errors["checkpoints"] = [f"these checkpoints were trained on {', '.join(map(str, others))}, not on the agent's "
-                                 f"base model {agent.base_model}: choose checkpoints of runs on the same base model"]
+                                 f"base model {model.name}: choose checkpoints of runs on the same base model"]
     if scenario is not None and scenario.scenario_set.project_id != project.id:
         errors["scenario"] = ["choose a scenario of this project"]
     if scenario is not None:
@@ -71,15 +79,29 @@ def try_create(*, user, project: Project, agent: Agent, checkpoint_ids: list[int
         {"label": checkpoints[i].adapter_name, "checkpoint_id": i, "model": served_adapter_name(checkpoints[i]),
          "run_id": checkpoints[i].run_id} for i in ids]
     with transaction.atomic():
-        server, started = project_server_request(project=project, base_model=agent.base_model)
+        assert model is not None  # refused above
+        try_sessions_admit(user=user, project=project)  # CapReached (429) over a cap
+        server, started = project_server_request(project=project, base_model=model.source)
         session = TrySession.objects.create(
-            project=project, agent=agent, created_by=user, base_model=agent.base_model,
+            project=project, agent=agent, created_by=user, base_model=model.source,
             system_prompt=agent.system_prompt if system_prompt is None else system_prompt[:20_000],
             scenario=scenario, user_message=message, context=context, columns=columns, server=server,
             server_started=started, answers=[{"status": "waiting", "messages": [], "tools": None, "error": "",
                                               "seconds": None} for _ in columns])
         transaction.on_commit(lambda: work_enqueue(name=TRY_EXECUTE, object_id=session.pk))
     return session
+
+
+ENDED = "ended by "  # the error of a session a person ended; the worker stops its rollouts when it sees it
+
+
+def try_end(*, user, session: TrySession) -> bool:
+    """Ends a session still answering (its rollouts stop within a second; the answers in are kept), freeing its
+    place under the Try it caps (webapp/server_caps.py). Editors of its project; False when it had ended."""
+    require_role(user=user, project=session.project, role=Role.EDITOR)
+    active = (TrySession.Status.QUEUED, TrySession.Status.STARTING, TrySession.Status.RUNNING)
+    return bool(TrySession.objects.filter(pk=session.pk, status__in=active).update(
+        status=TrySession.Status.FAILED, error=f"{ENDED}{user.get_username()}"[:5000], finished_at=timezone.now()))
 
 
 def try_judge_request(*, user, session: TrySession, rubric_version: RubricVersion, judge_config: JudgeConfig) -> None:

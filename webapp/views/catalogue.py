@@ -15,6 +15,7 @@ from webapp.forms import (
     AgentForm, ExampleAgentForm, JudgeConfigForm, RubricForm, RubricVersionForm, ScenarioForm, ScenarioSetForm, ScenarioUploadForm,
     apply_service_errors,
 )
+from webapp.model_catalogue import BaseModelChoiceError, resolve_base_model
 from webapp.models import Agent, JudgeConfig, Role, Rubric, Scenario, ScenarioSet
 from webapp.services import catalogue as svc
 from webapp.services import judge_probe
@@ -62,6 +63,11 @@ def agent_from_example(request: HttpRequest, project_id: int) -> HttpResponse:
 def agent_edit(request: HttpRequest, agent_id: int) -> HttpResponse:
     agent = access.in_project_get(user=request.user, model=Agent, pk=agent_id, role=Role.EDITOR)
     form = AgentForm(request.POST, project=agent.project) if request.method == "POST" else AgentForm.from_agent(agent)
+    if request.method != "POST":
+        try:  # saved with a path before the deployment's catalogue: say so where it is fixed
+            resolve_base_model(agent.base_model)
+        except BaseModelChoiceError as err:
+            messages.warning(request, f"base model: {err}")
 
     def save(data):
         svc.agent_update(user=request.user, agent=agent, **data)

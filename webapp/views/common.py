@@ -10,6 +10,7 @@ from django.shortcuts import render
 from django.template.loader import render_to_string
 
 from webapp.forms import apply_service_errors
+from webapp.server_caps import CapReached
 
 
 def is_validation_request(request: HttpRequest) -> bool:
@@ -40,5 +41,8 @@ def handle_form(request: HttpRequest, form: forms.Form, save: Callable[[dict[str
                 return save(form.cleaned_data)
             except ValidationError as err:
                 apply_service_errors(form, err)
+            except CapReached as err:  # the page names the cap and lists what holds it, each with a way to end it
+                form.add_error(None, str(err))
+                return render(request, template, {**context, "form": form, "cap": err}, status=429)
         return render(request, template, {**context, "form": form}, status=400)
     return render(request, template, {**context, "form": form})

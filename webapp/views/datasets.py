@@ -13,6 +13,7 @@ from django.views.decorators.http import require_safe
 
 from webapp.dataset_forms import DatasetForm, DatasetUploadForm
 from webapp.forms import apply_service_errors
+from webapp.input_rules import whole_number
 from webapp.models import Role
 from webapp.models.datasets import Dataset, DatasetVersion
 from webapp.selectors import access
@@ -35,8 +36,8 @@ def dataset_create(request: HttpRequest, project_id: int) -> HttpResponse:
     return handle_form(request, form, save, "webapp/form_page.html", {"project": project, "title": "New dataset"})
 
 
-def _int(value: str | None, default: int | None) -> int | None:
-    return int(value) if value and value.isdigit() else default
+def _int(value: str | None, default: int | None, name: str) -> int | None:
+    return whole_number(value, name=name) if value and value.isdigit() else default
 
 
 @login_required
@@ -57,11 +58,13 @@ def dataset_detail(request: HttpRequest, dataset_id: int) -> HttpResponse:
                 return redirect("dataset-detail", dataset_id=dataset.id)
             except ValidationError as err:
                 apply_service_errors(upload_form, err)
-        status = 400
-    version = dataset_selectors.dataset_version_for(dataset=dataset, number=_int(request.GET.get("version"), None))
+                status = getattr(err, "status", 400)  # a project limit: 413 (bytes) or 409 (counts)
+        status = status if status != 200 else 400
+    version = dataset_selectors.dataset_version_for(dataset=dataset,
+                                                    number=_int(request.GET.get("version"), None, "version"))
     if version is None and request.GET.get("version"):
         raise Http404("no such version")
-    page = max(1, _int(request.GET.get("page"), 1) or 1)
+    page = max(1, _int(request.GET.get("page"), 1, "page") or 1)
     rows = dataset_selectors.dataset_version_rows(version=version, offset=(page - 1) * ROWS_PER_PAGE,
                                                   limit=ROWS_PER_PAGE) if version else []
     return render(request, "webapp/dataset_detail.html", {

@@ -12,6 +12,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST, require_safe
 
 from webapp.dataset_forms import DistillationForm, DraftEditForm
+from webapp.input_rules import whole_number
 from webapp.models import Role
 from webapp.models.datasets import Distillation, DistillationDraft
 from webapp.selectors import access
@@ -25,7 +26,8 @@ def distillation_create(request: HttpRequest, project_id: int) -> HttpResponse:
     initial = {"agent": project.agents.first(), "scenario_set": project.scenario_sets.first(),
                "dataset": project.datasets.first(), "judge_config": project.judge_configs.first()}
     if request.GET.get("dataset", "").isdigit():
-        initial["dataset"] = project.datasets.filter(pk=int(request.GET["dataset"])).first() or initial["dataset"]
+        chosen = project.datasets.filter(pk=whole_number(request.GET["dataset"], name="dataset")).first()
+        initial["dataset"] = chosen or initial["dataset"]
     form = DistillationForm(request.POST or None, project=project, initial=initial)
 
     def save(data):

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_POST, require_safe
 
+from webapp.limits import LimitExceeded
 from webapp.models import Checkpoint, ModelExport, Role
 from webapp.selectors import access
 from webapp.services.checkpoints import checkpoint_zip_chunks
@@ -21,7 +23,11 @@ from webapp.services.exports import checkpoint_export_request
 def checkpoint_export(request: HttpRequest, checkpoint_id: int) -> HttpResponse:
     checkpoint = access.in_project_get(user=request.user, model=Checkpoint, pk=checkpoint_id, path="run__project",
                                        role=Role.EDITOR)
-    export = checkpoint_export_request(user=request.user, checkpoint=checkpoint)
+    try:
+        export = checkpoint_export_request(user=request.user, checkpoint=checkpoint)
+    except LimitExceeded as err:  # the project's exports limit: said on the run page, where the button is
+        messages.error(request, " ".join(err.messages))
+        return redirect("run-detail", run_id=checkpoint.run_id)
     return redirect("export-detail", export_id=export.pk)
 
 

@@ -12,6 +12,7 @@ from django.views.decorators.http import require_POST, require_safe
 
 from webapp.selectors import access, catalogue as catalogue_selectors, datasets as dataset_selectors, runs as run_selectors
 from webapp.forms import MemberForm, ProjectForm, apply_service_errors
+from webapp.selectors import usage as usage_selectors
 from webapp.models import Role
 from webapp.services.projects import member_add, membership_remove, project_create
 from webapp.views.common import handle_form
@@ -45,6 +46,7 @@ def _project_page(request: HttpRequest, project_id: int, member_form: MemberForm
         "members": access.project_members(project=project), "member_form": member_form or MemberForm(),
         **catalogue_selectors.catalogue_for_project(project=project),
         "datasets": dataset_selectors.datasets_for_project(project=project),
+        "usage": usage_selectors.project_usage(project=project),
     }, status=status)
 
 

@@ -11,6 +11,7 @@ from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST, require_safe
 
+from webapp.input_rules import whole_number, whole_numbers
 from webapp.selectors import access, review as review_selectors, rewards as reward_selectors, runs as run_selectors
 from webapp.forms import ForkForm, OverrideForm, PlaygroundFilterForm, PlaygroundForm, ReorderForm
 from webapp.models import Rescore, Role, RubricVersion, TrajectoryGroup
@@ -40,7 +41,7 @@ def group_detail(request: HttpRequest, group_id: int) -> HttpResponse:
     if getattr(request, "htmx", False):  # the run page's live card
         return render(request, "webapp/partials/group_card.html", {
             "group": group, "run": group.run, "rewards": reward_selectors.groups_view(run=group.run, groups=[group])})
-    ids = [int(i) for i in request.GET.getlist("t") if i.isdigit()] or list(
+    ids = whole_numbers([i for i in request.GET.getlist("t") if i.isdigit()], name="t") or list(
         group.trajectories.order_by("rank", "index").values_list("id", flat=True))
     return render(request, "webapp/compare.html", {
         "run": group.run, "project": group.run.project, "group": group,
@@ -60,7 +61,7 @@ def group_detail(request: HttpRequest, group_id: int) -> HttpResponse:
 def run_compare(request: HttpRequest, run_id: int) -> HttpResponse:
     """Any trajectories of a run, side by side: ?t=<id>&t=<id>…"""
     run = access.run_get(user=request.user, run_id=run_id)
-    ids = [int(i) for i in request.GET.getlist("t") if i.isdigit()]
+    ids = whole_numbers([i for i in request.GET.getlist("t") if i.isdigit()], name="t")
     return render(request, "webapp/compare.html", {
         "run": run, "project": run.project, "columns": review_selectors.compare_columns(run=run, trajectory_ids=ids),
         "override_form": OverrideForm(), **_role_context(request, run.project)})
@@ -179,11 +180,12 @@ def playground(request: HttpRequest, project_id: int) -> HttpResponse:
     project = access.project_get(user=request.user, project_id=project_id)
     filters = PlaygroundFilterForm(request.GET, project=project)
     groups = review_selectors.playground_groups(project=project, **filters.filters())
-    picked = [int(g) for g in request.GET.getlist("group") if g.isdigit()]
+    picked = whole_numbers([g for g in request.GET.getlist("group") if g.isdigit()], name="group")
     initial: dict = {"groups": list(groups.values_list("id", flat=True)) if request.GET.get("all") else picked}
     if request.GET.get("version", "").isdigit():
-        version = access.in_project_get(user=request.user, model=RubricVersion, pk=int(request.GET["version"]),
-                                           path="rubric__project")
+        version = access.in_project_get(user=request.user, model=RubricVersion,
+                                        pk=whole_number(request.GET["version"], name="version"),
+                                        path="rubric__project")
     else:
         version = RubricVersion.objects.filter(rubric__project=project).order_by("-created_at", "-id").first()
     if version is not None:
@@ -225,7 +227,7 @@ def playground_save(request: HttpRequest, rescore_id: int) -> HttpResponse:
     rescore = access.in_project_get(user=request.user, model=Rescore, pk=rescore_id, role=Role.EDITOR)
     rubric = None
     if request.POST.get("rubric", "").isdigit():
-        rubric = rescore.project.rubrics.filter(pk=int(request.POST["rubric"])).first()
+        rubric = rescore.project.rubrics.filter(pk=whole_number(request.POST["rubric"], name="rubric")).first()
     try:
         version = playground_services.playground_save_version(user=request.user, rescore=rescore, rubric=rubric)
         messages.success(request, f"saved as {version}")
@@ -239,7 +241,7 @@ def playground_save(request: HttpRequest, rescore_id: int) -> HttpResponse:
 def runs_compare(request: HttpRequest, project_id: int) -> HttpResponse:
     """Several runs' reward and agreement curves overlaid: ?run=<id>&run=<id>…"""
     project = access.project_get(user=request.user, project_id=project_id)
-    picked = [int(i) for i in request.GET.getlist("run") if i.isdigit()]
+    picked = whole_numbers([i for i in request.GET.getlist("run") if i.isdigit()], name="run")
     series = review_selectors.runs_overlay(project=project, run_ids=picked)
     return render(request, "webapp/runs_compare.html", {
         "project": project, "runs": run_selectors.runs_for_project(project=project)[:100], "picked": set(picked),
@@ -251,7 +253,7 @@ def runs_compare(request: HttpRequest, project_id: int) -> HttpResponse:
 def run_export(request: HttpRequest, run_id: int) -> HttpResponse:
     """Scored groups as JSONL for `python -m judging score` (?step=N for one step)."""
     run = access.run_get(user=request.user, run_id=run_id)
-    step = int(request.GET["step"]) if request.GET.get("step", "").isdigit() else None
+    step = whole_number(request.GET["step"], name="step") if request.GET.get("step", "").isdigit() else None
     response = StreamingHttpResponse(review_selectors.run_groups_jsonl(run=run, step=step),
                                      content_type="application/jsonl")
     response["Content-Disposition"] = f'attachment; filename="{run.config.get("name", "run")}-groups.jsonl"'

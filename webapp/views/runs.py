@@ -11,6 +11,7 @@ from django.shortcuts import redirect, render
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_POST, require_safe
 
+from webapp.input_rules import whole_number
 from webapp.selectors import access, review as review_selectors, rewards as reward_selectors, runs as run_selectors
 from webapp.selectors.evaluation import run_evaluation_data
 from webapp.selectors.external import external_calls_jsonl, external_panel, is_external
@@ -43,7 +44,8 @@ def run_launch(request: HttpRequest, project_id: int) -> HttpResponse:
     for field, objects in (("rubric", project.rubrics), ("judge_config", project.judge_configs),
                            ("agent", project.agents), ("scenario_set", project.scenario_sets),
                            ("dataset", project.datasets)):  # "Teach from it" on a dataset's page
-        if request.GET.get(field, "").isdigit() and (chosen := objects.filter(pk=int(request.GET[field])).first()):
+        if request.GET.get(field, "").isdigit() and (
+                chosen := objects.filter(pk=whole_number(request.GET[field], name=field)).first()):
             initial[field] = chosen
     if "dataset" in initial:
         initial["kind"] = "sft"
@@ -160,10 +162,8 @@ def run_checkpoint_table(request: HttpRequest, run_id: int) -> HttpResponse:
 def run_groups(request: HttpRequest, run_id: int) -> HttpResponse:
     """More groups, for the page's "older groups" button (newest first, bounded)."""
     run = access.run_get(user=request.user, run_id=run_id)
-    try:
-        offset = max(0, int(request.GET.get("offset", "0")))
-    except ValueError:
-        offset = 0
+    raw = request.GET.get("offset", "0")
+    offset = whole_number(raw, name="offset") if raw.strip().isdigit() else 0
     search_form = GroupSearchForm(request.GET)
     search = search_form.search()
     groups = list(run_selectors.run_groups(run=run, limit=GROUPS_PER_PAGE, offset=offset, search=search))

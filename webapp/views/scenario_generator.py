@@ -8,6 +8,7 @@ from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
+from webapp.input_rules import whole_number
 from webapp.selectors import access
 from webapp.models import JudgeConfig, McpServer, Role, ScenarioSet
 from webapp.services.judge_probe import judge_pick_working
@@ -45,10 +46,10 @@ def scenario_set_generate(request: HttpRequest, scenario_set_id: int) -> HttpRes
         context["task"] = request.POST.get("task", "")
         try:
             context["n"] = int(request.POST.get("n") or 8)
-            judge = judges.get(pk=int(request.POST.get("judge") or 0))
+            judge = judges.get(pk=whole_number(request.POST.get("judge") or 0, name="judge"))
             context["judge_id"] = judge.pk
             server_id = request.POST.get("mcp_server") or ""
-            context["mcp_server"] = servers.get(pk=int(server_id)) if server_id else None
+            context["mcp_server"] = servers.get(pk=whole_number(server_id, name="mcp_server")) if server_id else None
             result = scenario_drafts_generate(user=request.user, scenario_set=scenario_set, judge=judge,
                                               task=context["task"], n=context["n"],
                                               mcp_server=context["mcp_server"])

@@ -11,9 +11,11 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST, require_safe
 
 from webapp.forms import apply_service_errors
+from webapp.input_rules import whole_number
 from webapp.models import Role, TrySession
 from webapp.selectors import access
 from webapp.selectors.serving import try_session_view
+from webapp.services import serving as serving_services
 from webapp.services import trying as try_services
 from webapp.try_forms import TryForm, TryJudgeForm, TrySaveForm
 from webapp.views.common import handle_form
@@ -27,11 +29,11 @@ def _roles(request: HttpRequest, project) -> dict:
 @login_required
 def try_page(request: HttpRequest, project_id: int) -> HttpResponse:
     project = access.project_get(user=request.user, project_id=project_id)
-    agent = project.agents.filter(pk=request.GET.get("agent")).first() if request.GET.get("agent", "").isdigit() \
-        else project.agents.first()
+    agent = project.agents.filter(pk=whole_number(request.GET["agent"], name="agent")).first() \
+        if request.GET.get("agent", "").isdigit() else project.agents.first()
     initial = {"agent": agent, "system_prompt": agent.system_prompt if agent else "", "include_base": True}
     if request.GET.get("checkpoint", "").isdigit():
-        initial["checkpoints"] = [int(request.GET["checkpoint"])]
+        initial["checkpoints"] = [whole_number(request.GET["checkpoint"], name="checkpoint")]
     form = TryForm(request.POST or None, project=project, initial=initial)
     if request.method == "POST":
         access.project_get(user=request.user, project_id=project_id, role=Role.EDITOR)
@@ -91,3 +93,29 @@ def try_save(request: HttpRequest, session_id: int) -> HttpResponse:
         except ValidationError as err:
             apply_service_errors(form, err)
     return render(request, "webapp/try_session.html", _session_context(request, session, save_form=form), status=400)
+
+
+@login_required
+@require_POST
+def try_end(request: HttpRequest, session_id: int) -> HttpResponse:
+    """Ends a session still answering: what a person does when the Try it caps are reached."""
+    session = access.in_project_get(user=request.user, model=TrySession, pk=session_id, role=Role.EDITOR)
+    if try_services.try_end(user=request.user, session=session):
+        messages.success(request, f"session #{session.pk} ended")
+    return redirect("try-page", project_id=session.project_id)
+
+
+@login_required
+@require_POST
+def try_server_stop(request: HttpRequest, project_id: int) -> HttpResponse:
+    """Stops one of the project's inference servers, `server` in the form (it starts again when something asks
+    for it)."""
+    project = access.project_get(user=request.user, project_id=project_id, role=Role.EDITOR)
+    raw = request.POST.get("server", "")
+    server = project.servers.filter(pk=whole_number(raw, name="server")).first() if raw.isdigit() else None
+    if server is None:
+        messages.error(request, "choose one of this project's inference servers to stop")
+    else:
+        serving_services.project_server_stop(server=server, reason=f"stopped by {request.user.get_username()}")
+        messages.success(request, f"the server for {server.base_model} is stopping")
+    return redirect("try-page", project_id=project.pk)

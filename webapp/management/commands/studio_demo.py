@@ -40,6 +40,15 @@ class Command(BaseCommand):
         parser.add_argument("--model-dir", default=str(settings.BASE_DIR / "var" / "tiny-model"))
         parser.add_argument("--serve", action="store_true", help="Serve the app after launching (daphne).")
 
+    @staticmethod
+    def _catalogue_name(model_path: Path) -> str:
+        """The deployment's name for the built model: agents name models of the catalogue, never a directory."""
+        for name, entry in settings.STUDIO_BASE_MODELS.items():
+            if Path(entry.source) == model_path.resolve() or entry.source == str(model_path):
+                return name
+        raise CommandError(f"{model_path} is not in this deployment's models: list it in STUDIO_BASE_MODELS, e.g. "
+                           f'{{"my-tiny": {{"source": "{model_path.resolve()}", "context_length": 1024}}}}')
+
     def handle(self, *args, steps: int, host: str, port: int, model_dir: str, serve: bool, **options):
         from training.demo import demo_config
         from training.tiny_model import ensure_tiny_model
@@ -50,12 +59,13 @@ class Command(BaseCommand):
         user, password = self._user()
         self.stdout.write("Building the tiny offline model (cached after the first time)…")
         model_path = ensure_tiny_model(Path(model_dir))
+        model_name = self._catalogue_name(model_path)
         demo = demo_config(out_dir="unused", steps=steps, model_dir=model_path)
         with transaction.atomic():
             project = Project.objects.filter(owner=user, name="Demo").first() or project_create(
                 owner=user, name="Demo", description="The tiny offline model learning to play 2048 moves.")
             agent = Agent.objects.filter(project=project, name="2048 player").first() or catalogue.agent_create(
-                user=user, project=project, name="2048 player", base_model=str(model_path),
+                user=user, project=project, name="2048 player", base_model=model_name,
                 system_prompt=demo.system_prompt, environment_kind=demo.environment.kind,
                 environment_options=demo.environment.options, temperature=demo.sampling.temperature,
                 top_p=demo.sampling.top_p, max_tokens=demo.sampling.max_tokens)
