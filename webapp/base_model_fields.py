@@ -40,6 +40,9 @@ class BaseModelFormMixin:
     fields: dict[str, forms.Field]
 
     def base_model_setup(self) -> None:
+        choices = base_model_choices()
+        if len(choices) == 1:  # one model on offer (the demo's tiny one): chosen already, nothing to pick
+            self.fields["base_model"].initial = choices[0][0]
         patterns = hf_model_patterns()
         if not patterns:
             return

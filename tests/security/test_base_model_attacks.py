@@ -108,6 +108,17 @@ def test_the_dropdown_lists_the_tiny_model_with_its_context_length_and_no_id_ent
     assert f'<option value="{TINY_MODEL}" selected' in example  # the example form starts on the tiny model
 
 
+def test_a_deployment_offering_one_model_has_it_chosen_in_the_agent_form_and_two_leave_the_choice(settings):
+    attacker = attacker_signs_up()
+    url = reverse("agent-create", args=[attacker.project.id])
+    settings.STUDIO_BASE_MODELS = {TINY_MODEL: settings.STUDIO_BASE_MODELS[TINY_MODEL]}  # the demo's one model
+    assert f'<option value="{TINY_MODEL}" selected' in page_as(attacker.user).get(url).content.decode()
+    settings.STUDIO_BASE_MODELS = {**settings.STUDIO_BASE_MODELS, "other": ModelEntry(
+        source="Qwen/Qwen2.5-0.5B-Instruct", context_length=32768)}
+    html = page_as(attacker.user).get(url).content.decode()
+    assert f'<option value="{TINY_MODEL}" selected' not in html
+
+
 def test_an_allowed_hugging_face_id_is_accepted_by_the_form_and_the_api(settings):
     settings.STUDIO_HF_MODELS = ["Qwen/*"]
     attacker = attacker_signs_up()

@@ -19,7 +19,7 @@ from webapp.execution.runner import run_execute
 from webapp.models import Run, RunStatus
 
 pytestmark = pytest.mark.django_db
-ABSENT_KEY = "STUDIO_TEST_ABSENT_JUDGE_KEY"
+ABSENT_KEY = "STUDIO_TEST_ABSENT_JUDGE_API_KEY"
 
 
 @pytest.fixture

@@ -280,18 +280,20 @@ def test_a_judge_that_is_down_fails_the_test_at_once_with_its_reason(client, mon
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed once the block ends: nothing listens there
     api_base = f"http://127.0.0.1:{port}/v1"
-    settings.STUDIO_JUDGE_KEY_ENDPOINTS = {"STUDIO_TEST_ABSENT_KEY": (api_base,), "STUDIO_TEST_DOWN_KEY": (api_base,)}
+    settings.STUDIO_JUDGE_KEY_ENDPOINTS = {"STUDIO_TEST_ABSENT_API_KEY": (api_base,), "STUDIO_TEST_DOWN_API_KEY": (api_base,)}
     project = project_factory()
     judge = judge_factory(project=project, model="openai/judge", api_base=api_base, api_key_env="")
-    judge.api_key_env = "STUDIO_TEST_ABSENT_KEY"
+    judge.api_key_env = "STUDIO_TEST_ABSENT_API_KEY"
     judge.save()
     html = _login(client, project.owner).post(f"/judges/{judge.id}/test/").content.decode()
-    assert 'data-ok="0"' in html and "STUDIO_TEST_ABSENT_KEY&#x27;, but that environment variable is not set" in html
-    monkeypatch.setenv("STUDIO_TEST_DOWN_KEY", "test")
-    judge.api_key_env = "STUDIO_TEST_DOWN_KEY"
+    assert 'data-ok="0"' in html and "STUDIO_TEST_ABSENT_API_KEY&#x27;, but that environment variable is not set" in html
+    monkeypatch.setenv("STUDIO_TEST_DOWN_API_KEY", "test")
+    judge.api_key_env = "STUDIO_TEST_DOWN_API_KEY"
     judge.save()
     html = client.post(f"/judges/{judge.id}/test/").content.decode()
-    assert 'data-ok="0"' in html and "Connection" in html and "after 0 retries" in html
+    # the transport's own failure (the pinned client's connect error), named as unreachable, never retried
+    assert 'data-ok="0"' in html and "ConnectError" in html and "could not be reached" in html
+    assert "after 0 retries" in html
 
 
 def test_a_viewer_cannot_test_a_judge(client):
