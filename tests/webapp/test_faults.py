@@ -284,8 +284,11 @@ def test_kill_9_of_the_inference_server_between_rollouts_and_training_fails_the_
     run = tiny_run(steps=2, project=project, judge_config=judge,
                    rubric_version=rubric_factory(project=project).versions.get(),
                    server={"kind": "local"}, overrides={"pipeline": {"enabled": False}})
-    wait_for(lambda: any(DEMO_USER_MESSAGE in r.prompt_text for r in judge_double.requests), timeout=300,
-             interval=0.05, message="step 1's rollouts to reach the judge")
+    # Each group goes to the judge as soon as its own rollouts are done, so the first group at the judge does not
+    # mean the step's rollouts are over: the kill waits for both groups of step 1 (groups_per_step=2). Killed
+    # after the first, the other group's rollouts met a dead server and it kept 2 of its 4 (CI: {(1, 0): 2, ...}).
+    wait_for(lambda: sum(DEMO_USER_MESSAGE in r.prompt_text for r in judge_double.requests) >= 2, timeout=300,
+             interval=0.05, message="both of step 1's groups to reach the judge (every rollout of the step done)")
     servers = [pid for pid, cmd in _descendants(worker.pid).items() if "training.servers.local" in cmd]
     assert len(servers) == 1, _descendants(worker.pid)
     before = _snapshot(run)
