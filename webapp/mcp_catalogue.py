@@ -36,23 +36,31 @@ def default_entries() -> dict[str, CatalogueEntry]:
         description="The shipped demo mailbox: search_inbox, read_email and answer over a synthetic inbox.")}
 
 
-def parse_catalogue(raw: str | None) -> dict[str, CatalogueEntry]:
-    """The deployment's entries over the defaults; ValueError naming the variable and what is wrong."""
-    entries = default_entries()
+
+def named_entries(raw: str | None, *, variable: str, shape: str) -> dict[str, Any]:
+    """A catalogue variable's entries by name: JSON, or `@path` to a JSON file, of name -> `shape`, each name
+    1-64 lower-case letters, digits, _ . or - ({} when unset). Shared by the deployment's catalogues (this one and
+    webapp/model_catalogue.py); ValueError naming the variable and what is wrong."""
     if not raw or not raw.strip():
-        return entries
+        return {}
     text = raw.strip()
     try:
         if text.startswith("@"):
             text = Path(text[1:]).read_text()
         data: Any = json.loads(text)
     except (OSError, ValueError) as err:
-        raise ValueError(f"{VARIABLE}: expected JSON (or @path to a JSON file): {err}") from None
+        raise ValueError(f"{variable}: expected JSON (or @path to a JSON file): {err}") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{VARIABLE}: expected a JSON object of name -> {{command, args, env, description}}")
-    for name, entry in data.items():
+        raise ValueError(f"{variable}: expected a JSON object of name -> {shape}")
+    for name in data:
         if not NAME.match(str(name)):
-            raise ValueError(f"{VARIABLE}: entry name {name!r}: use 1-64 lower-case letters, digits, _ . or -")
+            raise ValueError(f"{variable}: entry name {name!r}: use 1-64 lower-case letters, digits, _ . or -")
+    return data
+
+def parse_catalogue(raw: str | None) -> dict[str, CatalogueEntry]:
+    """The deployment's entries over the defaults; ValueError naming the variable and what is wrong."""
+    entries = default_entries()
+    for name, entry in named_entries(raw, variable=VARIABLE, shape="{command, args, env, description}").items():
         try:
             entries[name] = CatalogueEntry.model_validate(entry)
         except ValidationError as err:

@@ -19,17 +19,16 @@ bottom read the parsed values from Django's settings.
 from __future__ import annotations
 
 import fnmatch
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from webapp.mcp_catalogue import named_entries
+
 VARIABLE = "STUDIO_BASE_MODELS"
 HF_VARIABLE = "STUDIO_HF_MODELS"
-NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 # owner/name as the Hub spells them; one slash, so never a path below a directory.
 HF_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
 HF_PATTERN = re.compile(r"^[A-Za-z0-9*][A-Za-z0-9_.*-]{0,95}/[A-Za-z0-9*][A-Za-z0-9_.*-]{0,95}$")
@@ -87,20 +86,7 @@ def default_entries(base_dir: Path) -> dict[str, ModelEntry]:
 def parse_catalogue(raw: str | None, *, base_dir: Path) -> dict[str, ModelEntry]:
     """The deployment's entries over the defaults; ValueError naming the variable and what is wrong."""
     entries = default_entries(base_dir)
-    if not raw or not raw.strip():
-        return entries
-    text = raw.strip()
-    try:
-        if text.startswith("@"):
-            text = Path(text[1:]).read_text()
-        data: Any = json.loads(text)
-    except (OSError, ValueError) as err:
-        raise ValueError(f"{VARIABLE}: expected JSON (or @path to a JSON file): {err}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{VARIABLE}: expected a JSON object of name -> {{source, description, context_length}}")
-    for name, entry in data.items():
-        if not NAME.match(str(name)):
-            raise ValueError(f"{VARIABLE}: entry name {name!r}: use 1-64 lower-case letters, digits, _ . or -")
+    for name, entry in named_entries(raw, variable=VARIABLE, shape="{source, description, context_length}").items():
         if entry is None:
             entries.pop(name, None)
             continue
