@@ -74,6 +74,8 @@ system-deps:
 # docker/compose.yml as Compose reads it, with the GPU profile (no engine, no network).
 compose-check:
 	@SECRET_KEY=$$(printf 'k%.0s' $$(seq 40)) $$(docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose) -f docker/compose.yml --profile gpu config -q && echo "docker/compose.yml: valid (gpu profile)"
+	@# ... and each profile's health checks: every service has one and waits for what it needs to be healthy
+	@for profile in cpu gpu; do SECRET_KEY=$$(printf 'k%.0s' $$(seq 40)) $$(docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose) -f docker/compose.yml --profile $$profile config | $(BIN)/python docker/compose_health.py $$profile || exit 1; done
 
 # PostgreSQL and Redis run on this machine and on CI's; start them when they are down.
 services:
@@ -128,12 +130,14 @@ bench-gpu: venv
 	$(BIN)/python -m bench.gpu_bench
 
 # One check for a GPU machine (at most 8 minutes on an H100; torch, transformers, peft and the engine): random
-# Qwen2.5-shaped 0.5B/1.5B/7B models, bf16 LoRA r16 on all linear layers, gradient checkpointing: the GRPO step's
-# tokens/s and MFU (against the card's measured bf16 peak), peak memory against the memory plan, the local
-# server's sampling tokens/s. One JSON (bench/results/gpu_check.json) and a table for docs/gpu.md; a skip line
-# without CUDA.
+# Qwen2.5-shaped 0.5B/1.5B/7B models, bf16 LoRA r16 on all linear layers, gradient checkpointing, micro-batches
+# that fill the token budget: the GRPO step's tokens/s and MFU (against the card's datasheet bf16 peak and a
+# measured matmul), peak memory against the memory plan, batched sampling tokens/s, and one end-to-end GRPO step's
+# stages (--step). One JSON (bench/results/gpu_check.json) and its table written into docs/gpu.md; a skip line
+# without CUDA. GPU_CHECK_ARGS replaces these flags (e.g. "--sizes 0.5b").
+GPU_CHECK_ARGS ?= --step --write-docs
 gpu-check: venv
-	$(BIN)/python -m bench.gpu_check
+	$(BIN)/python -m bench.gpu_check $(GPU_CHECK_ARGS)
 
 # The engine (training/, judging/) on Python 3.12, in a separate venv with only the engine's pins. pip takes
 # torch 2.13.0 for 3.12 from PyPI: its CUDA build (about 5 GB installed), which runs on a CPU too; pass

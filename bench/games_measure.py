@@ -10,6 +10,13 @@ environment's own reward and, after its last step, the run's held-out evaluation
 the held-out positions / puzzles with the checkpoint and with the base: the win rate of checkpoint over base
 (ties half) with its 95 % bootstrap interval over scenarios, and each side's mean env reward. One JSON line per
 run on stdout.
+
+Skill apart from format: a win over the base can come from the answer format alone (a malformed move loses, a
+malformed answer scores nothing). Each line also gives, per side of the held-out match, the share of well-formed
+answers (`eval_well_formed_*`: Tic Tac Toe games the agent never fouled, Temporal Clue replies that answer every
+question as `N. answer`) and the mean env reward among those only (`eval_env_well_formed_*`: Tic Tac Toe's score
+among well-formed games, win 1 and draw 1/2; Temporal Clue's share right among well-formed answers), and the same
+two per training step (`train_well_formed_by_step`, `train_env_well_formed_by_step`).
 """
 from __future__ import annotations
 
@@ -20,6 +27,7 @@ import time
 from pathlib import Path
 
 from training.config import RunConfig
+from training.events import Event, GroupScored
 from training.examples import EXAMPLES
 from training.loop import run
 from training.tiny_games_model import ensure_tiny_games_model
@@ -53,6 +61,29 @@ def game_config(game: str, *, model_dir: Path, out: Path, steps: int, seed: int,
     })
 
 
+class FormatBySteps:
+    """An event sink: per step, whether each trained trajectory was well-formed and its env reward."""
+
+    def __init__(self) -> None:
+        self.steps: dict[int, list[tuple[bool, float | None]]] = {}
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, GroupScored):
+            self.steps.setdefault(event.step, []).extend(
+                (bool(t["metadata"]["well_formed"]), t.get("env_reward")) for t in event.trajectories
+                if "well_formed" in (t.get("metadata") or {}))
+
+    def by_step(self) -> tuple[list[float | None], list[float | None]]:
+        """(share well-formed, mean env reward among well-formed) per step, in step order."""
+        shares, skill = [], []
+        for step in sorted(self.steps):
+            rows = self.steps[step]
+            formed = [r for ok, r in rows if ok and r is not None]
+            shares.append(round(sum(ok for ok, _ in rows) / len(rows), 3) if rows else None)
+            skill.append(round(sum(formed) / len(formed), 3) if formed else None)
+        return shares, skill
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--game", choices=[*GAMES, "both"], default="both")
@@ -66,7 +97,10 @@ def main() -> None:
         for seed in range(args.seeds):
             out = args.out / f"{game}-{seed}-{int(time.time())}"
             started = time.monotonic()
-            summary = run(game_config(game, model_dir=model_dir, out=out, steps=args.steps, seed=seed))
+            formats = FormatBySteps()
+            summary = run(game_config(game, model_dir=model_dir, out=out, steps=args.steps, seed=seed),
+                          sink=formats)
+            train_formed, train_skill = formats.by_step()
             history = summary.history
             last = history[-1] if history else {}
             first = history[0] if history else {}
@@ -76,8 +110,11 @@ def main() -> None:
                 "train_env_first_step": first.get("env_mean"), "train_env_last_step": last.get("env_mean"),
                 "train_env_by_step": [round(h["env_mean"], 3) if h.get("env_mean") is not None else None
                                       for h in history],
+                "train_well_formed_by_step": train_formed, "train_env_well_formed_by_step": train_skill,
                 **{k: last.get(k) for k in ("eval_win_rate", "eval_ci_low", "eval_ci_high", "eval_env_checkpoint",
-                                            "eval_env_base", "eval_scenarios", "eval_samples")},
+                                            "eval_env_base", "eval_scenarios", "eval_samples",
+                                            "eval_well_formed_checkpoint", "eval_well_formed_base",
+                                            "eval_env_well_formed_checkpoint", "eval_env_well_formed_base")},
             }), flush=True)
             print(f"{game} seed {seed}: done", file=sys.stderr)
 

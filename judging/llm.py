@@ -79,7 +79,19 @@ def _failure(model: str, litellm: Any, err: Exception, retries: int) -> JudgeErr
     cause = failure_cause(litellm, err)
     said, advice = CAUSES[cause]
     tried = f" persisted after {retries} retries" if retryable(cause) else ""
-    return JudgeError(f"{model}: {said}: {type(err).__name__}{tried} ({failure_detail(err)}); {advice}")
+    detail = failure_detail(err)
+    return JudgeError(f"{model}: {said}: {type(err).__name__}{tried} ({detail}); {advice}",
+                      outage=_outage(model, cause, detail))
+
+
+def _outage(who: str, cause: str, detail: str) -> str | None:
+    """"openai/gpt-4o answered 503" or "... could not be reached" for a failure worth waiting out; else None."""
+    if not retryable(cause):
+        return None
+    provider = who.removeprefix("judge ")
+    if detail.startswith("HTTP "):
+        return f"{provider} answered {detail.removeprefix('HTTP ')}"
+    return f"{provider} answered 429" if cause == "rate-limited" else f"{provider} could not be reached"
 
 
 # litellm providers whose requests go through the OpenAI SDK client, which takes our pinned httpx client; the

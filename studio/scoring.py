@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 import judging
 from judging import ConcurrencyLimit, Criterion, GroupJudgement, JudgeError
 from judging.prompt import canonical
+from studio.key_budget import KeyBudget
 from studio.key_policy import POLICY_ENV, key_policy_refusal, parse_key_policy
 from training.types import JudgeReport, Score, TrajectoryGroup, trajectory_label
 
@@ -39,6 +40,9 @@ class JudgeScorerOptions(BaseModel):
     cache_dir: str | None = Field(None, description="Default: $RUBRIC_STUDIO_JUDGE_CACHE or ~/.cache/...")
     concurrency: int = Field(4, ge=1, description="Judge requests in flight at once, across all groups.")
     max_attempts: int = Field(2, ge=1, le=5)
+    transport_retries: int = Field(4, ge=0, le=10, description="Retries of timeouts, 429 and 5xx per request; "
+                                   "beyond them the run waits for the judge (parked) instead of failing.")
+    backoff_s: float = Field(1.0, ge=0, description="First retry delay; doubles per retry (with jitter).")
     timeout_s: float = Field(120.0, gt=0)
     max_prompt_chars: int = Field(200_000, ge=2_000, description="Bound on the judge prompt; longer "
                                   "trajectories lose their middle (marked, and listed in the group's report).")
@@ -109,9 +113,13 @@ class JudgeScorer:
     trajectories are all identical is not sent: it has nothing to rank and trains nothing.
     """
 
-    def __init__(self, options: JudgeScorerOptions, *, api_key: str | None = None) -> None:
+    def __init__(self, options: JudgeScorerOptions, *, api_key: str | None = None,
+                 budget: KeyBudget | None = None) -> None:
         self.options = options
-        self.limiter = ConcurrencyLimit(options.concurrency)
+        # The run's own `concurrency`, within its key's budget shared with every other run on that key (if the
+        # deployment set one, studio/key_budget).
+        own = ConcurrencyLimit(options.concurrency)
+        self.limiter = budget.limiter(options.api_key_env, own=own) if budget is not None else own
         self._api_key = api_key
         self._litellm_params()  # a missing key env var fails now, not after the first rollouts
 
@@ -143,6 +151,7 @@ class JudgeScorer:
             "tools": list(tools_by_key.values()) or None, "limiter": self.limiter, "criteria": o.criteria,
             "passes": o.passes, "shuffle": o.shuffle, "cache": o.cache, "cache_dir": o.cache_dir,
             "max_attempts": o.max_attempts, "max_prompt_chars": o.max_prompt_chars,
+            "transport_retries": o.transport_retries, "backoff_s": o.backoff_s,
             "reference": group.scenario.reference,
             "labels": labels or [trajectory_label(i) for i in range(len(group.trajectories))]}
 
@@ -167,11 +176,13 @@ class JudgeScorer:
         ]
 
 
-def judge_scorer_from_config(options: dict[str, Any], *, api_key: str | None = None) -> JudgeScorer:
-    """Entry point `rubric_studio.scorers: judge`: validate the run config's judge section, build a scorer."""
+def judge_scorer_from_config(options: dict[str, Any], *, api_key: str | None = None,
+                             budget: KeyBudget | None = None) -> JudgeScorer:
+    """Entry point `rubric_studio.scorers: judge`: validate the run config's judge section, build a scorer.
+    `budget`: the deployment's shared key budgets (studio.key_budget), which its requests keep to."""
     try:
         parsed = JudgeScorerOptions.model_validate(options)
     except ValidationError as err:
         problems = "; ".join(f"judge.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors())
         raise JudgeError(f"invalid judge config: {problems}") from None
-    return JudgeScorer(parsed, api_key=api_key)
+    return JudgeScorer(parsed, api_key=api_key, budget=budget)

@@ -8,9 +8,11 @@ assistant turn, those ids replace the re-tokenised body, so training sees exactl
 
 The end of an assistant turn is any of the model's end-of-turn ids: the tokenizer's EOS and those of the
 model's generation config (ChatML `<|im_end|>`, Llama 3 `<|eot_id|>`, Gemma `<end_of_turn>`, Mistral `</s>`),
-never a hard-coded string. Templates that rewrite earlier turns (Qwen3's thinking template drops the reasoning
-of past assistant turns) are not prefix-stable and are refused with a clear error: train such a model with a
-template that keeps past turns verbatim (pass it as the tokenizer's chat_template).
+never a hard-coded string. A tokenizer whose template is a known family's (training.chat_templates: Qwen3,
+Qwen2.5, Llama 3.x, Gemma 3, Mistral) is rendered with that family's prefix-stable training template and its
+messages shaped as the family expects, so Qwen3's thinking template trains with past reasoning kept. Any other
+template that rewrites earlier turns is refused with a clear error: give such a model a template that keeps
+past turns verbatim (its catalogue entry's chat_template).
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import threading
 import weakref
 from typing import Any
 
+from training.chat_templates import installed_family, prepare_messages, training_template
 from training.errors import TrainingError
 
 # Our own ChatML-style template (the tiny model uses it; hub models bring theirs). Written without
@@ -48,9 +51,9 @@ CHAT_TEMPLATE = (
 
 END_OF_TURN = "<|im_end|>"  # the end-of-turn marker of our own template (the tiny model's EOS)
 NOT_PREFIX_STABLE = (
-    "the chat template is not prefix-stable: rendering a conversation rewrites its earlier turns (Qwen3-style "
-    "thinking templates drop the reasoning of past assistant turns), so assistant turns cannot be masked; use a "
-    "chat template that renders past turns verbatim"
+    "the chat template is not prefix-stable: rendering a conversation rewrites its earlier turns (a template "
+    "that drops the reasoning of past assistant turns, say), so assistant turns cannot be masked; use a chat "
+    "template that renders past turns verbatim, or one of the known families' (docs/engine.md, chat families)"
 )
 
 
@@ -105,8 +108,33 @@ def _memoised(tokenizer: Any, key: tuple, make: Any) -> Any:
 
 def render(tokenizer: Any, messages: list[dict], tools: list[dict] | None, *, generation_prompt: bool) -> str:
     key = ("render", json.dumps([messages, tools or None], sort_keys=True, default=str), generation_prompt)
-    return _memoised(tokenizer, key, lambda: tokenizer.apply_chat_template(
-        messages, tools=tools or None, tokenize=False, add_generation_prompt=generation_prompt))
+    return _memoised(tokenizer, key, lambda: _render(tokenizer, messages, tools, generation_prompt))
+
+
+def _render(tokenizer: Any, messages: list[dict], tools: list[dict] | None, generation_prompt: bool) -> str:
+    family = installed_family(tokenizer)
+    template = None  # the tokenizer's own
+    if family is not None:
+        messages = prepare_messages(family, messages, tools)
+        if getattr(tokenizer, "studio_chat_family", None) is None:  # not installed: the published template
+            template = training_template(family)
+    return tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=False,
+                                         add_generation_prompt=generation_prompt, chat_template=template)
+
+
+def prompt_ids(tokenizer: Any, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
+    """The ids of the prompt the next assistant turn is sampled from: the conversation rendered with the generation
+    prompt (shaped and templated as the tokenizer's family wants), tokenised without special tokens. The local
+    server samples after exactly these ids, the trainer trains the turn after them and the prompt budget counts
+    them: one rendering, so the three never differ by a token."""
+    return _ids(tokenizer, render(tokenizer, messages, tools, generation_prompt=True))
+
+
+def conversation_tokens(tokenizer: Any, messages: list[dict], tools: list[dict] | None = None) -> int:
+    """The tokens of a whole conversation as the chat template renders it: what an SFT run trains on, to the few
+    tokens of its turn ends. One render and one tokenisation (no memo), cheap enough for every row of an upload."""
+    text = _render(tokenizer, messages, tools, False)
+    return len(tokenizer(text, add_special_tokens=False)["input_ids"]) if text else 0
 
 
 def _ids(tokenizer: Any, text: str) -> list[int]:
@@ -147,6 +175,10 @@ def encode_with_logprobs(
     rendered = ""
     assistant_turn = 0
     for k, message in enumerate(messages):
+        if message["role"] != "assistant" and k + 1 < len(messages) and messages[k + 1]["role"] != "assistant":
+            # Context turns in a row are rendered once, together: some templates cannot render a conversation
+            # cut between them (Llama 3 with tools needs the first user message beside the system prompt).
+            continue
         if message["role"] == "assistant":
             header_end = render(tokenizer, messages[:k], tools, generation_prompt=True) if k else ""
             if not header_end.startswith(rendered):

@@ -83,7 +83,7 @@ async def evaluate_checkpoint(config: RunConfig, checkpoint: str | None, *, scor
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     server = start_server(config.server, config.base_model, out / "evaluate-server.log",
-                          device=pick_device(config.device))
+                          device=pick_device(config.device), chat=config.chat)
     try:
         model = server.model_name
         if checkpoint:

@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from training.errors import TrainingError
+from training.gpu.server_flags import share_flag
 from training.evaluation import EvaluationConfig
 from training.monitors import MonitorConfig
 from training.sft_config import SFTOptions
@@ -47,7 +48,8 @@ class ServerConfig(_Strict):
     )
     cpu_kvcache_gb: int = Field(1, ge=1, description="vllm kind on CPU: VLLM_CPU_KVCACHE_SPACE (GiB).")
     extra_args: list[str] = Field(
-        default_factory=list, description="vllm kind: further `vllm serve` flags, e.g. --gpu-memory-utilization 0.5."
+        default_factory=list, description="vllm kind: further `vllm serve` flags, e.g. --max-num-batched-tokens "
+        "8192. Flags that set vLLM's memory share are refused where vLLM shares the trainer's GPU: the plan sets it."
     )
     gpu_sharing: Literal["auto", "none", "sleep", "split"] = Field(
         "auto", description="vllm kind, when vLLM and the trainer use the same GPU. auto: from the memory plan "
@@ -79,7 +81,8 @@ class ServerConfig(_Strict):
     tool_call_parser: str = Field(
         "auto", pattern=r"^[a-z0-9_]+$", description="vllm kind: tool calling (--enable-auto-tool-choice "
         "--tool-call-parser P). auto: P from the base model's family (hermes for Qwen2/2.5/3, llama3_json for "
-        "Llama 3, mistral for Mistral; off for other families); none: off; any other value is passed to vLLM."
+        "Llama 3, mistral for Mistral, pythonic for Gemma 3; off for other families); none: off; any other value "
+        "is passed to vLLM."
     )
 
     @model_validator(mode="after")
@@ -90,6 +93,12 @@ class ServerConfig(_Strict):
             raise ValueError("server.gpu_sharing and server.gpus apply to server.kind 'vllm' only")
         if self.gpus is not None:
             _check_gpu_list("server.gpus", self.gpus)
+        if self.gpu_sharing in ("split", "sleep") and (flag := share_flag(self.extra_args)):
+            # Appended after the planned --gpu-memory-utilization, it would silently win (auto: the plan refuses it
+            # where it shares the GPU, training/memory_plan.py).
+            raise ValueError(f"server.extra_args sets vLLM's memory share ({flag}), which gpu_sharing "
+                             f"'{self.gpu_sharing}' sets from server.gpu_memory_utilization or the memory plan; "
+                             "remove it (to choose the share by hand: set server.gpu_memory_utilization)")
         return self
 
 
@@ -155,8 +164,11 @@ class TrainerConfig(_Strict):
         "auto", description="Weights of the base model: auto = bfloat16 on a CUDA device that supports it, "
         "else float32. The adapter and its optimizer state stay float32."
     )
-    gradient_checkpointing: bool = Field(False, description="Recompute activations in the backward pass: "
-                                         "less memory, about a third more compute.")
+    gradient_checkpointing: bool | Literal["auto"] = Field(
+        "auto", description="Recompute activations in the backward pass: less memory, about a third more compute. "
+        "auto: on when the memory plan (training/memory_plan.py) needs it for the run to fit the worker's GPUs, "
+        "off otherwise (and off on CPU, and where nothing is planned, e.g. SFT runs)."
+    )
     attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] = Field(
         "sdpa", description="transformers attention kernel; flash_attention_2 needs the flash-attn package."
     )
@@ -234,6 +246,35 @@ class PipelineConfig(_Strict):
     )
 
 
+class ChatConfig(_Strict):
+    family: str | None = Field(
+        None, pattern=r"^[a-z0-9_]+$", description="The base model's chat family (training/chat_templates: qwen3, "
+        "qwen2_5, llama3, gemma3, mistral). None: from its chat template's fingerprint. The model catalogue's "
+        "`chat_template` sets it for a model whose template is not recognised.")
+    reasoning: Literal["keep", "drop"] = Field(
+        "keep", description="Models that reason (Qwen3): keep samples and trains each turn's <think> block and "
+        "keeps past reasoning in later turns' context; drop samples without reasoning (Qwen3's non-thinking mode: "
+        "an empty <think> block in the prompt, never trained).")
+
+    @field_validator("family")
+    @classmethod
+    def _known_family(cls, value: str | None) -> str | None:
+        from training.chat_templates import FAMILIES
+
+        if value is not None and value not in FAMILIES:
+            raise ValueError(f"unknown chat family {value!r}: one of {', '.join(FAMILIES)}")
+        return value
+
+
+class RetentionConfig(_Strict):
+    """Which checkpoints outlive the run. The web app applies it once the run has ended (and on its schedule),
+    always keeping any checkpoint that is served, forked from or exported; the CLI keeps every checkpoint."""
+
+    keep_last: int = Field(0, ge=0, le=100000, description="Keep the adapters of the last k steps (the newest, "
+                           "which a resume starts from, among them); 0 keeps every checkpoint.")
+    keep_best: bool = Field(True, description="Also keep the checkpoint with the best held-out win rate.")
+
+
 class RunConfig(_Strict):
     kind: Literal["grpo", "sft"] = Field(
         "grpo", description="grpo: reinforce from scored rollouts of `scenarios`; sft: teach from the "
@@ -249,6 +290,7 @@ class RunConfig(_Strict):
     environment: EnvironmentConfig = Field(default_factory=EnvironmentConfig)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
+    chat: ChatConfig = Field(default_factory=ChatConfig, description="How the base model's chat is rendered.")
     lora: LoraConfig = Field(default_factory=LoraConfig)
     grpo: GRPOConfig = Field(default_factory=GRPOConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
@@ -272,6 +314,8 @@ class RunConfig(_Strict):
     init_checkpoint: str | None = Field(
         None, description="Start from this checkpoint's adapter (a fork of another run); its optimizer is not reused."
     )
+    retention: RetentionConfig = Field(default_factory=RetentionConfig, description="Which checkpoints are kept "
+                                       "after the run (the web app's deployment default when launched there).")
     judge: dict[str, Any] | None = Field(
         None, description="Score with the judge instead of the env reward (options of the `judge` scorer)."
     )

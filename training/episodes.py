@@ -6,6 +6,10 @@ side of this game").
 
 An environment that plays one part returns a Trajectory (role ""); one that plays several returns a list and
 names its roles in `Environment.roles(options)`, in the order its groups are numbered.
+
+A side that sampled nothing (the game ended before its first turn: X's malformed first move, a spymaster's
+refused first clue) is not a side of that game: it leaves its role's group, so its outcome neither trains nor
+moves the advantages of the sides that played (`sampled_nothing`).
 """
 from __future__ import annotations
 
@@ -26,6 +30,14 @@ def episode_sides(result: Trajectory | list[Trajectory]) -> list[Trajectory]:
     return sides
 
 
+def sampled_nothing(trajectory: Trajectory) -> bool:
+    """True for a trajectory with no token of its own to train on: no assistant turn, or only turns whose sampled
+    ids came back empty. A turn sent without ids (an unsampled external turn, retokenised) counts as tokens."""
+    turns = [m for m in trajectory.messages if m.get("role") == "assistant"]
+    ids = trajectory.turn_token_ids
+    return not turns or (len(ids) == len(turns) and all(i is not None and not i for i in ids))
+
+
 def first_side(result: Trajectory | list[Trajectory]) -> Trajectory:
     """The episode's first role's trajectory: what evaluation and distillation compare (a game's first seat)."""
     return episode_sides(result)[0]
@@ -40,7 +52,10 @@ def groups_by_role(scenario: Scenario, roles: list[str], episodes: list[Any]) ->
             for group in groups.values():
                 group.errors.append(f"{type(result).__name__}: {result}")
             continue
-        for side in episode_sides(result):
+        sides = episode_sides(result)
+        for side in sides:
+            if len(sides) > 1 and sampled_nothing(side):
+                continue  # it never moved: not a side of this game
             if side.role not in groups:
                 raise ValueError(f"a rollout returned a trajectory for role {side.role!r}; the environment's "
                                  f"roles are {roles}")

@@ -94,6 +94,12 @@ class ScenarioComparison:
     base_rewards: list[float]
     checkpoint_env: list[float] = field(default_factory=list)
     base_env: list[float] = field(default_factory=list)
+    # Format apart from skill, where the environment says (metadata `well_formed`): per answer whether it was
+    # well-formed, and the env rewards of the well-formed ones (a win over the base may be the format alone).
+    checkpoint_formed: list[bool] = field(default_factory=list)
+    base_formed: list[bool] = field(default_factory=list)
+    checkpoint_env_formed: list[float] = field(default_factory=list)
+    base_env_formed: list[float] = field(default_factory=list)
 
 
 def pair_wins(mine: list[float], theirs: list[float]) -> float:
@@ -121,7 +127,17 @@ def compare_group(scenario_id: str, sides: list[str], trajectories: list[Traject
         comparisons=len(mine) * len(theirs),
         checkpoint_rewards=[t.reward for t in mine], base_rewards=[t.reward for t in theirs],  # type: ignore[misc]
         checkpoint_env=[t.env_reward for t in mine if t.env_reward is not None],
-        base_env=[t.env_reward for t in theirs if t.env_reward is not None])
+        base_env=[t.env_reward for t in theirs if t.env_reward is not None],
+        checkpoint_formed=_formed(mine), base_formed=_formed(theirs),
+        checkpoint_env_formed=_env_formed(mine), base_env_formed=_env_formed(theirs))
+
+
+def _formed(trajectories: list[Trajectory]) -> list[bool]:
+    return [bool(t.metadata["well_formed"]) for t in trajectories if "well_formed" in t.metadata]
+
+
+def _env_formed(trajectories: list[Trajectory]) -> list[float]:
+    return [t.env_reward for t in trajectories if t.metadata.get("well_formed") and t.env_reward is not None]
 
 
 def _mean(values: list[float]) -> float | None:
@@ -165,6 +181,11 @@ def win_rate_summary(comparisons: list[ScenarioComparison], *, seed: int = 0) ->
         "eval_reward_base": _mean([r for c in comparisons for r in c.base_rewards]),
         "eval_env_checkpoint": _mean([r for c in comparisons for r in c.checkpoint_env]),
         "eval_env_base": _mean([r for c in comparisons for r in c.base_env]),
+        # None where the environment does not say what a well-formed answer is
+        "eval_well_formed_checkpoint": _mean([float(f) for c in comparisons for f in c.checkpoint_formed]),
+        "eval_well_formed_base": _mean([float(f) for c in comparisons for f in c.base_formed]),
+        "eval_env_well_formed_checkpoint": _mean([r for c in comparisons for r in c.checkpoint_env_formed]),
+        "eval_env_well_formed_base": _mean([r for c in comparisons for r in c.base_env_formed]),
     }
 
 

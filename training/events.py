@@ -30,6 +30,8 @@ class RunStarted(Event):
     # never recorded it, and the web app records it from here.
     checkpoint_path: str = ""
     adapter_name: str = ""
+    # The step whose groups were scored before a park and are taken up without rolling out again (0: none).
+    scored_step: int = 0
 
 
 @dataclass
@@ -115,6 +117,26 @@ class RolloutsClosed(Event):
 
 
 @dataclass
+class JudgeUnavailable(Event):
+    """The judge's provider was down or limiting beyond its retries while scoring `step` (`detail`: "x answered
+    503"): the engine kept the step (training/parking) and stops, to take it up again once the judge answers."""
+    kind: ClassVar[str] = "judge_unavailable"
+    step: int
+    detail: str
+    groups: int = 1  # how many of the step's groups it could not score
+
+
+@dataclass
+class JudgeBudgetWait(Event):
+    """The judge's requests wait for the budget their key variable shares with other runs (`what`: concurrency
+    or rate; `limit`: its requests in flight, or per minute). Said at most every few seconds while it lasts."""
+    kind: ClassVar[str] = "judge_budget_wait"
+    key: str
+    what: str
+    limit: float
+
+
+@dataclass
 class ReviewRequested(Event):
     kind: ClassVar[str] = "review_requested"
     step: int
@@ -143,6 +165,14 @@ class CheckpointSaved(Event):
     step: int
     path: str
     adapter_name: str
+
+
+@dataclass
+class RunHeld(Event):
+    """The engine holds at a boundary for a pause: after step `step` trained, or (trained False) before it trains."""
+    kind: ClassVar[str] = "run_held"
+    step: int
+    trained: bool
 
 
 @dataclass

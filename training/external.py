@@ -59,7 +59,7 @@ class Inbox:
 
 
 TRAJECTORY_FIELDS = ("scenario_id", "messages", "tools", "turn_token_ids", "turn_logprobs", "env_reward",
-                     "metadata", "completion_tokens")
+                     "metadata", "completion_tokens", "finish_reasons")
 
 
 def trajectory_from_dict(data: dict[str, Any]) -> Trajectory:
@@ -275,6 +275,7 @@ def assemble_trajectory(*, scenario_id: str, calls: list[dict[str, Any]], messag
                     "only sampled turns train (the run does not allow others)")
             trajectory.turn_token_ids.append(None)
             trajectory.turn_logprobs.append(None)
+            trajectory.finish_reasons.append("")
             continue
         call, position = calls[k], k + 1
         if model is not None and call["model"] != model:
@@ -284,6 +285,7 @@ def assemble_trajectory(*, scenario_id: str, calls: list[dict[str, Any]], messag
         trajectory.tools = tools or trajectory.tools
         trajectory.turn_token_ids.append(choice.get("token_ids"))
         trajectory.turn_logprobs.append(choice.get("logprobs"))
+        trajectory.finish_reasons.append(str(choice.get("finish_reason") or ""))
         trajectory.completion_tokens += len(choice.get("token_ids") or [])
     return trajectory.to_dict()
 

@@ -3,8 +3,9 @@
 `read_gpus()` is the one place that asks the driver (nvidia-smi) how much memory each visible GPU has (and has
 free); the loop takes it as a seam (`train(..., gpu_reader=...)`), so a test can give a machine of any size.
 `resolve_sharing` turns `server.gpu_sharing: auto` into none / split / sleep (and a placement and vLLM's share)
-and refuses a run whose plan does not fit; `check_trainer_fits` is the trainer's check against the memory that is
-actually free, made after vLLM has taken its share (split) or before it starts (sleep).
+and `trainer.gradient_checkpointing: auto` into on or off, and refuses a run whose plan does not fit (or that
+sets `gpu_sharing: none` on the trainer's GPU); `check_trainer_fits` is the trainer's check against the memory
+that is actually free, made after vLLM has taken its share (split) or before it starts (sleep).
 """
 from __future__ import annotations
 
@@ -43,10 +44,15 @@ def resolve_sharing(config: RunConfig, gpus: list[GpuMemory]) -> tuple[RunConfig
     if not gpus or config.device == "cpu":
         if server.gpu_sharing == "auto":
             config = config.model_copy(update={"server": server.model_copy(update={"gpu_sharing": "none"})})
+        if config.trainer.gradient_checkpointing == "auto":  # nothing to fit: the faster choice
+            config = config.model_copy(update={"trainer": config.trainer.model_copy(
+                update={"gradient_checkpointing": False})})
         return config, None
     plan = plan_memory(config, read_shape(config.base_model), [g.total for g in gpus])
-    if plan.fits is False:
-        raise TrainingError(plan.refusal() or "the run does not fit")
+    if (refusal := plan.refusal()) is not None:
+        raise TrainingError(refusal)
+    config = config.model_copy(update={"trainer": config.trainer.model_copy(
+        update={"gradient_checkpointing": plan.gradient_checkpointing})})
     if server.kind != "vllm":
         return config, plan
     update: dict[str, object] = {"gpu_sharing": plan.sharing if plan.sharing in ("none", "split", "sleep") else "none"}

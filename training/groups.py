@@ -11,10 +11,11 @@ from typing import Any
 from training.config import GRPOConfig
 from training.environments import RolloutConfig
 from training.errors import TrainingError
-from training.episodes import groups_by_role
+from training.episodes import groups_by_role, sampled_nothing
 from training.events import GroupScored
 from training.group_client import GroupClient
 from training.grpo import group_advantages
+from training.health.signals import reward_quartiles
 from training.types import Scenario, Scorer, Trajectory, TrajectoryGroup
 
 
@@ -41,12 +42,17 @@ async def score_group(group: TrajectoryGroup, scorer: Scorer, grpo: GRPOConfig) 
                 t.reward, t.judge_score, t.explanation, t.criteria = s.reward, s.judge_score, s.explanation, s.criteria
         except Exception as err:  # noqa: BLE001 - recorded on the group and shown; the step goes on
             group.scoring_error = f"{type(err).__name__}: {err}"
+            group.judge_outage = getattr(err, "outage", None)  # the judge's JudgeError says so (duck-typed)
     apply_scores(group, grpo)
     return started, time.monotonic()
 
 
 def apply_scores(group: TrajectoryGroup, grpo: GRPOConfig) -> None:
-    """Sets advantages from the rewards; a group with no spread in reward is skipped (no gradient)."""
+    """Sets advantages from the rewards; a group with no spread in reward is skipped (no gradient). A trajectory
+    that sampled no token is not rewarded: it has nothing to train, and its reward would shift the others'."""
+    for t in group.trajectories:
+        if sampled_nothing(t):
+            t.reward = t.advantage = None
     usable = [t for t in group.trajectories if t.error is None and t.reward is not None]
     rewards = [t.reward for t in usable]
     group.skipped = len(usable) < 2 or max(rewards) - min(rewards) < 1e-9
@@ -70,7 +76,8 @@ def group_event(step: int, index: int, group: TrajectoryGroup) -> GroupScored:
 def step_metrics(groups: list[TrajectoryGroup]) -> dict[str, float | None]:
     trajectories: list[Trajectory] = [t for g in groups for t in g.trajectories]
     metrics: dict[str, float | None] = {"reward_mean": None}  # always reported, null when nothing was scored
-    metrics |= _stats("reward", [t.reward for t in trajectories if t.reward is not None])
+    rewards = [t.reward for t in trajectories if t.reward is not None]
+    metrics |= _stats("reward", rewards) | reward_quartiles(rewards)  # the distribution, not only its mean
     metrics |= _stats("env", [t.env_reward for t in trajectories if t.env_reward is not None])
     metrics |= _stats("judge", [t.judge_score for t in trajectories if t.judge_score is not None])
     metrics["skipped_groups"] = sum(g.skipped for g in groups)

@@ -25,11 +25,14 @@ from training.config import RunConfig
 from training.control import Control, StaticControl, wait_for_go
 from training.environments import RolloutConfig, get_environment, parse_options
 from training.errors import TrainingError
-from training.events import (CheckpointSaved, EventSink, GroupRolledOut, JudgeUsage, MemoryPlanned, ReviewApplied,
-                             ReviewRequested, RunFailed, RunFinished, RunStarted, StepFinished, TrainStep, null_sink)
+from training.events import (CheckpointSaved, EventSink, GroupRolledOut, JudgeUnavailable, JudgeUsage, MemoryPlanned,
+                             ReviewApplied, ReviewRequested, RunFailed, RunFinished, RunHeld, RunStarted, StepFinished,
+                             TrainStep, null_sink)
 from training.gpu_sharing import GpuReader, check_trainer_fits, gpu_index, read_gpus, resolve_sharing
 from training.groups import apply_scores, covered_seconds, group_event, rollout_groups, score_group, step_metrics
 from training.pipeline import Ahead, StepRollouts, is_pipelined, set_threads, split_cores
+from training.parking.scored_step import (scored_step_discard, scored_step_keep, scored_step_rescore,
+                                         scored_step_take)
 from training.scenarios import load_scenarios
 from training.types import ReviewHook, Scenario, Scorer, TrajectoryGroup, env_reward_scorer
 
@@ -111,6 +114,8 @@ async def _train(config: RunConfig, *, scorer: Scorer | None, sink: EventSink, c
                        rollout_config=rollout_config, scorer=scorer, sink=sink)
     checkpoint = latest_checkpoint(out)
     start = checkpoint.step + 1 if checkpoint else 1
+    # A step parked at its review (scored, not trained) goes on with the groups the person reviewed.
+    kept = scored_step_take(out, step=start, model_step=checkpoint.step if checkpoint else 0)
     if config.init_checkpoint and not (Path(config.init_checkpoint) / "adapter_model.safetensors").exists():
         raise TrainingError(f"init_checkpoint {config.init_checkpoint} holds no adapter (adapter_model.safetensors)")
     if config.init_checkpoint:
@@ -121,7 +126,8 @@ async def _train(config: RunConfig, *, scorer: Scorer | None, sink: EventSink, c
         (out / "config.json").write_text(config.model_dump_json(indent=2))
     sink(RunStarted(run_name=config.name, start_step=start, total_steps=config.steps, resumed=checkpoint is not None,
                     checkpoint_path=str(checkpoint.path) if checkpoint else "",
-                    adapter_name=checkpoint.adapter_name if checkpoint else ""))
+                    adapter_name=checkpoint.adapter_name if checkpoint else "",
+                    scored_step=start if kept is not None else 0))
     try:  # server.gpu_sharing 'auto' becomes none, split or sleep here; a plan that does not fit stops the run
         config, plan = resolve_sharing(config, gpu_reader())
     except TrainingError as err:
@@ -181,7 +187,7 @@ async def _train(config: RunConfig, *, scorer: Scorer | None, sink: EventSink, c
             threads_before = set_threads(cores[1])
         trainer = await on_trainer(lambda: Trainer(config.base_model, config.lora, config.grpo, device=device,
                                                    seed=config.seed, options=trainer_options,
-                                                   temperature=config.sampling.temperature))
+                                                   temperature=config.sampling.temperature, chat=config.chat))
         rank, world = distributed.rank_and_world()
         if world > 1 and config.trainer.distributed == "none":
             raise TrainingError(f"started as {world} processes (torchrun) but trainer.distributed is 'none': set "
@@ -203,7 +209,7 @@ async def _train(config: RunConfig, *, scorer: Scorer | None, sink: EventSink, c
             await on_trainer(distributed.leave)
             return summary
         server = start_server(config.server, config.base_model, out / "server.log", device=device,
-                              threads=cores[0] if cores else 0)
+                              threads=cores[0] if cores else 0, chat=config.chat)
         if not sleeping_server:  # split: what is left once vLLM holds its share is what the trainer gets
             check_fit()
         model = server.model_name
@@ -237,6 +243,9 @@ async def _train(config: RunConfig, *, scorer: Scorer | None, sink: EventSink, c
                 pending -= 1
                 if not pending:
                     rolled_out.set()
+                await judge(index, group)
+
+            async def judge(index: int, group: TrajectoryGroup) -> None:
                 rollouts.scoring.append(await score_group(group, scorer, config.grpo))
                 rollouts.groups[index] = group
                 sink(group_event(step, index, group))
@@ -247,6 +256,12 @@ async def _train(config: RunConfig, *, scorer: Scorer | None, sink: EventSink, c
                 groups = await rollout_groups(env, client, model, scenario, rollout_config, config.grpo.group_size)
                 await asyncio.gather(*(score(index * len(roles) + r, g) for r, g in enumerate(groups)))
 
+            if kept is not None and step == start:  # rolled out and recorded before a park: not again
+                rolled_out.set()
+                rollouts.groups = kept
+                await scored_step_rescore(kept, judge)  # groups the judge was down for are scored now
+                rollouts.finished = time.monotonic()
+                return rollouts
             chosen = scenarios_for_step(scenarios, step, config.grpo.groups_per_step, config.seed)
             if external is not None:  # the user's process rolls out; its groups are scored as they arrive
                 await external.collect(step, model, chosen, control, sink, score)
@@ -258,7 +273,8 @@ async def _train(config: RunConfig, *, scorer: Scorer | None, sink: EventSink, c
         ahead = Ahead(roll_out)
         finished_at = 0.0  # when the previous step finished: a pipelined step's wall time counts from there
         for step in range(start, config.steps + 1):
-            if not await wait_for_go(control, save_optimizer):
+            if not await wait_for_go(control, save_optimizer,
+                                     lambda: sink(RunHeld(step=step - 1, trained=True))):  # noqa: B023 - called now
                 break
             waited = time.monotonic()
             # Started one step ago when pipelined. Without a review to wait for, the next step's rollouts start
@@ -276,6 +292,12 @@ async def _train(config: RunConfig, *, scorer: Scorer | None, sink: EventSink, c
             if len(failures) > config.max_rollout_failures * attempted:
                 raise TrainingError(f"{len(failures)} of {attempted} rollouts failed in step {step}; first error: "
                                     f"{failures[0]}")
+            if outages := [g.judge_outage for g in done if g.judge_outage]:
+                # The judge's provider is down or limiting: the step waits for it (parked by the web app)
+                # instead of failing, and nothing rolled out or scored is lost meanwhile.
+                scored_step_keep(out, step=step, model_step=rollouts.model_step, groups=rollouts.groups)
+                sink(JudgeUnavailable(step=step, detail=outages[0], groups=len(outages)))
+                break
             unscored = [g.scoring_error for g in done if g.scoring_error]
             if len(unscored) > config.max_scoring_failures * len(done):
                 raise TrainingError(f"{len(unscored)} of {len(done)} groups could not be scored in step {step}; "
@@ -284,6 +306,10 @@ async def _train(config: RunConfig, *, scorer: Scorer | None, sink: EventSink, c
             if review is not None:  # a person may change rewards before this step trains on them
                 sink(ReviewRequested(step=step))
                 await review(step, done)
+                if control.state() == "cancel":  # stopped while waiting for a person (a park): the next engine
+                    # takes these groups up at this review; nothing reviewed was applied, so nothing says so
+                    scored_step_keep(out, step=step, model_step=rollouts.model_step, groups=rollouts.groups)
+                    break
                 for g in done:
                     apply_scores(g, config.grpo)
                 sink(ReviewApplied(step=step, groups=[
@@ -292,7 +318,8 @@ async def _train(config: RunConfig, *, scorer: Scorer | None, sink: EventSink, c
                     for i, g in enumerate(rollouts.groups) if g is not None]))
             if pipelined and not early and step < config.steps and control.state() == "run":
                 ahead.start(step + 1, model, model_step)  # after the review; with the adapter this step trains on
-            if not await wait_for_go(control, save_optimizer):
+            if not await wait_for_go(control, save_optimizer,
+                                     lambda: sink(RunHeld(step=step, trained=False))):  # noqa: B023 - called now
                 break
 
             t0 = time.monotonic()
@@ -315,6 +342,7 @@ async def _train(config: RunConfig, *, scorer: Scorer | None, sink: EventSink, c
             await on_trainer(trainer.save_adapter, staging)
             (staging / "state.json").write_text(json.dumps({"step": step, "adapter_name": name}, indent=2))
             commit_checkpoint(staging, final)
+            scored_step_discard(out)  # the kept step (if any) has trained
             checkpoint = unsaved = Checkpoint(step, final, name)
             if step % config.checkpoint_every == 0:
                 await save_optimizer(wait=False)

@@ -7,20 +7,24 @@ embeddings), the LoRA settings, the trainer's token budget, dtype, gradient chec
 server's settings (max sequence length, concurrent sequences, vLLM's memory share), per GPU: the bytes of the
 trainer's weights, the adapter with its gradients and AdamW state, the activations of one micro-batch, and the
 inference server's weights and KV cache; a verdict (fits or not, by how much) and the change that would make it
-fit. The launch page, the CLI and the engine's choice of `server.gpu_sharing: auto` all read this one function.
+fit. The launch page, the CLI and the engine's choices of `server.gpu_sharing: auto` and
+`trainer.gradient_checkpointing: auto` all read this one function.
 
-The estimate is an upper one by design (docs/gpu.md says how it compares with measured peaks).
+The activation terms are measured, not assumed: training/gpu/activation_probe.py runs one or two layers of the
+architecture with the run's LoRA on CPU at a small width (no weights are read); where it cannot build the
+architecture the plan falls back to assumed terms and says so. Everything else is counted from the configs
+(docs/gpu.md says how the plan compares with measured peaks).
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from training.config import RunConfig
-from training.errors import TrainingError
+from training.gpu.activation_terms import Activations, activation_bytes, activations
+from training.gpu.model_shape import DEFAULT_MAX_MODEL_LEN, ModelShape, read_shape  # noqa: F401 - read_shape: here too
+from training.gpu.server_flags import share_flag
 
 GiB = 2**30
 # Per training process: the CUDA context, cuBLAS workspaces and the caching allocator's slack.
@@ -29,8 +33,6 @@ TRAINER_OVERHEAD = 1 * GiB
 # (SLEEPING_SERVER), when its weights are in CPU RAM and its KV cache is dropped.
 SERVER_OVERHEAD = 2 * GiB
 SLEEPING_SERVER = 1 * GiB
-# The tokens per sequence the plan budgets the KV cache for when server.max_model_len is unset.
-DEFAULT_MAX_MODEL_LEN = 4096
 # bytes per parameter of the adapter in training: float32 weight + gradient + AdamW's two moments.
 LORA_STATE_BYTES = 4 + 4 + 8
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -38,93 +40,9 @@ NF4_BYTES = 0.52  # 4-bit weights with their double-quantised scales (embeddings
 SMALLEST_MICRO_BATCH = 512
 
 
-@dataclass(frozen=True)
-class ModelShape:
-    """The fields of a decoder-only model's config.json that decide its memory."""
-    hidden: int
-    layers: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    intermediate: int
-    vocab: int
-    tied: bool
-    qkv_bias: bool
-    max_positions: int
-
-    @classmethod
-    def from_config(cls, cfg: dict[str, Any]) -> "ModelShape":
-        try:
-            hidden, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
-            return cls(hidden=hidden, layers=int(cfg["num_hidden_layers"]), heads=heads,
-                       kv_heads=int(cfg.get("num_key_value_heads") or heads),
-                       head_dim=int(cfg.get("head_dim") or hidden // heads),
-                       intermediate=int(cfg["intermediate_size"]), vocab=int(cfg["vocab_size"]),
-                       tied=bool(cfg.get("tie_word_embeddings", False)),
-                       # Qwen2's config does not say it, but its q/k/v projections carry a bias.
-                       qkv_bias=bool(cfg.get("attention_bias", cfg.get("model_type") in ("qwen2", "qwen2_moe"))),
-                       max_positions=int(cfg.get("max_position_embeddings") or DEFAULT_MAX_MODEL_LEN))
-        except (KeyError, TypeError, ValueError) as err:
-            raise TrainingError(f"the base model's config.json lacks a field the memory plan needs: {err}") from None
-
-    def projections(self) -> dict[str, tuple[int, int]]:
-        """(in, out) features of each linear layer of one decoder layer, by its module name."""
-        q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        return {"q_proj": (self.hidden, q), "k_proj": (self.hidden, kv), "v_proj": (self.hidden, kv),
-                "o_proj": (q, self.hidden), "gate_proj": (self.hidden, self.intermediate),
-                "up_proj": (self.hidden, self.intermediate), "down_proj": (self.intermediate, self.hidden)}
-
-    def linear_params(self) -> int:
-        """Parameters of the decoder layers' projections (what 4-bit quantisation shrinks)."""
-        per_layer = sum(i * o for i, o in self.projections().values())
-        bias = (self.heads + 2 * self.kv_heads) * self.head_dim if self.qkv_bias else 0
-        return self.layers * (per_layer + bias)
-
-    def params(self) -> int:
-        embeddings = self.vocab * self.hidden * (1 if self.tied else 2)
-        norms = self.layers * 2 * self.hidden + self.hidden
-        return self.linear_params() + embeddings + norms
-
-    def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
-        return 2 * self.layers * self.kv_heads * self.head_dim * dtype_bytes  # keys and values
-
-
-def read_shape(base_model: str) -> ModelShape:
-    """The shape from the base model's config.json: a directory's, or the local Hugging Face cache's."""
-    path = Path(base_model).expanduser() / "config.json"
-    if not path.is_file():
-        from huggingface_hub import try_to_load_from_cache
-
-        try:
-            cached = try_to_load_from_cache(base_model, "config.json")
-        except ValueError:  # not a repo id
-            cached = None
-        if not isinstance(cached, str):
-            raise TrainingError(f"no config.json for base model {base_model!r} (neither a directory nor in the "
-                                "local Hugging Face cache): the memory plan needs its shape")
-        path = Path(cached)
-    try:
-        return ModelShape.from_config(json.loads(path.read_text()))
-    except (OSError, ValueError) as err:
-        raise TrainingError(f"cannot read {path}: {err}") from None
-
-
 def lora_params(shape: ModelShape, r: int, targets: list[str]) -> int:
     """Adapter parameters: r x (in + out) for each targeted projection of each layer."""
     return shape.layers * sum(r * (i + o) for name, (i, o) in shape.projections().items() if name in targets)
-
-
-def activation_bytes(shape: ModelShape, *, tokens: int, dtype_bytes: int, checkpointing: bool,
-                     chunk_tokens: int) -> int:
-    """Upper estimate of one micro-batch of `tokens` padded tokens (weights excluded).
-
-    Per token and layer a decoder layer keeps about 34 hidden-sized tensors for its backward (attention
-    projections, the MLP's wider intermediates, norms, residuals); with checkpointing only the layer's input is
-    kept and one layer at a time is recomputed. The log-prob chunk's backward holds about 5 float32 copies of its
-    logits (the head's output, its float copy, the softmax, and their gradients).
-    """
-    per_token = shape.hidden * dtype_bytes * ((shape.layers + 34) if checkpointing else shape.layers * 34)
-    return tokens * per_token + chunk_tokens * shape.vocab * 4 * 5
 
 
 @dataclass
@@ -133,6 +51,7 @@ class TrainerNeed:
     lora_state: int
     activations: int
     overhead: int = TRAINER_OVERHEAD
+    activation_terms: Activations | None = None  # the breakdown and whether it was measured
 
     @property
     def resident(self) -> int:
@@ -178,6 +97,9 @@ class MemoryPlan:
     server_gpus: list[int] | None  # None: the server is not on a GPU this plan knows of (local, external)
     gpu_memory_utilization: float | None = None  # vLLM's share, where the plan sets it
     advice: list[str] = field(default_factory=list)
+    gradient_checkpointing: bool = False  # as planned (`auto` resolved)
+    checkpointing_reason: str = "as configured"
+    problem: str | None = None  # a refusal that no GPU size would lift (a setting that defeats the plan)
 
     @property
     def fits(self) -> bool | None:
@@ -198,6 +120,8 @@ class MemoryPlan:
 
     def refusal(self) -> str | None:
         """A sentence a person can act on, or None when the plan fits (or there is no GPU to judge)."""
+        if self.problem:
+            return self.problem
         if self.fits is not False:
             return None
         worst = max(self.gpus, key=lambda g: -(g.spare or 0))
@@ -230,9 +154,27 @@ class MemoryPlan:
                 s = g.server
                 out.append(f"  vLLM: weights {gib(s.weights)}, KV cache {gib(s.kv_cache)} ({s.kv_tokens} tokens), "
                            f"runtime {gib(s.overhead)} = {gib(s.total)}")
+        out.append(f"gradient checkpointing: {'on' if self.gradient_checkpointing else 'off'} "
+                   f"({self.checkpointing_reason})")
+        out.append(self.sources())
         out.append(f"verdict: {self.verdict()}")
         out += [f"to fit: {a}" for a in self.advice] if self.fits is False else []
         return out
+
+    def sources(self) -> str:
+        """Which terms were measured and which assumed, in one line."""
+        t = next((g.trainer for g in self.gpus if g.trainer), None)
+        a = t.activation_terms if t else None
+        if a is None:
+            return "terms: no trainer on these GPUs"
+        parts = (f"kept {gib(a.kept)}, then the larger of a layer's backward {gib(a.layer_peak)} and the log-prob "
+                 f"chunk's {gib(a.logits_peak)}")
+        measured = ("measured: activations by the probe of this architecture with this LoRA (" + parts + ")"
+                    if a.measured else "assumed: activations from Qwen2's measured terms, the probe could not "
+                    "build this architecture (" + parts + ")")
+        counted = "counted from the configs: weights, adapter and optimizer, KV cache"
+        assumed = "assumed: runtime (trainer 1 GiB per process, vLLM 2 GiB, 1 GiB asleep)"
+        return f"terms: {measured}; {counted}; {assumed}"
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "fits": self.fits, "shortfall": self.shortfall, "verdict": self.verdict(),
@@ -254,9 +196,10 @@ def trainer_need(config: RunConfig, shape: ModelShape, *, on_gpu: bool = True) -
         processes = t.launch_processes()
         weights = weights // processes + (shape.params() - shape.vocab * shape.hidden) // shape.layers * dtype_bytes
     lora = lora_params(shape, config.lora.r, config.lora.target_modules) * LORA_STATE_BYTES
-    activations = activation_bytes(shape, tokens=config.grpo.micro_batch_tokens, dtype_bytes=dtype_bytes,
-                                   checkpointing=t.gradient_checkpointing, chunk_tokens=t.logprob_chunk_tokens)
-    return TrainerNeed(weights=weights, lora_state=lora, activations=activations)
+    terms = activations(shape, tokens=config.grpo.micro_batch_tokens, dtype_bytes=dtype_bytes,
+                        checkpointing=t.gradient_checkpointing is True, chunk_tokens=t.logprob_chunk_tokens,
+                        lora_r=config.lora.r, lora_targets=config.lora.target_modules)
+    return TrainerNeed(weights=weights, lora_state=lora, activations=terms.total, activation_terms=terms)
 
 
 def kv_tokens(config: RunConfig, shape: ModelShape) -> int:
@@ -293,7 +236,29 @@ def placement(config: RunConfig, gpu_count: int) -> tuple[list[int], list[int] |
 def plan_memory(config: RunConfig, shape: ModelShape, gpu_totals: list[int] | None, *,
                 with_advice: bool = True) -> MemoryPlan:
     """The plan for `config` on GPUs of these sizes in bytes (the worker's visible GPUs, in order); None or []
-    plans for no GPU: the numbers only, no verdict. `server.gpu_sharing: auto` is resolved here."""
+    plans for no GPU: the numbers only, no verdict. `server.gpu_sharing: auto` and
+    `trainer.gradient_checkpointing: auto` are resolved here."""
+    if config.trainer.gradient_checkpointing != "auto":
+        plan = _plan_sharing(config, shape, gpu_totals, with_advice)
+        plan.gradient_checkpointing = config.trainer.gradient_checkpointing is True
+        return plan
+    # auto: off (a third less compute) unless the plan needs it to fit.
+    off = _plan_sharing(_with(config, "trainer", gradient_checkpointing=False), shape, gpu_totals, False)
+    if off.fits is not False:
+        off.checkpointing_reason = ("auto: the plan fits without it" if off.fits else
+                                    "auto: no GPU to judge against yet; the worker's plan decides")
+        return off
+    on = _plan_sharing(_with(config, "trainer", gradient_checkpointing=True), shape, gpu_totals, with_advice)
+    short = gib(off.shortfall)
+    on.gradient_checkpointing = True
+    on.checkpointing_reason = (f"auto: without it the run is {short} short" if on.fits else
+                               f"auto: the run fits neither way; it needs less memory with it ({short} short "
+                               "without)")
+    return on
+
+
+def _plan_sharing(config: RunConfig, shape: ModelShape, gpu_totals: list[int] | None,
+                  with_advice: bool) -> MemoryPlan:
     totals = list(gpu_totals or [])
     trainer_gpus, server_gpus = placement(config, max(len(totals), 1))
     trainer = trainer_need(config, shape, on_gpu=config.device != "cpu")
@@ -333,6 +298,11 @@ def plan_memory(config: RunConfig, shape: ModelShape, gpu_totals: list[int] | No
     elif requested == "auto" and shared:
         mode, reason = "split", "no GPU to measure: split assumed"
     plan = MemoryPlan(mode, reason, gpus, trainer_gpus, server_gpus)
+    if requested == "none" and shared:
+        plan.problem = none_on_shared_gpu(config, shape, totals, shared[0])
+    elif mode in ("split", "sleep") and (flag := share_flag(config.server.extra_args)):
+        plan.problem = (f"server.extra_args sets vLLM's memory share ({flag}), which the memory plan sets "
+                        f"('{mode}': vLLM and the trainer share GPU {shared[0]}); remove it")
     if shared and mode in ("split", "sleep") and totals:
         share_gpu = shared[0]
         plan.gpu_memory_utilization = share_of(server.total, totals[share_gpu]) if share_gpu < len(totals) else None
@@ -343,9 +313,35 @@ def plan_memory(config: RunConfig, shape: ModelShape, gpu_totals: list[int] | No
     return plan
 
 
+def none_on_shared_gpu(config: RunConfig, shape: ModelShape, totals: list[int], gpu: int) -> str:
+    """Why `server.gpu_sharing: none` cannot put vLLM beside the trainer: vLLM would ask for its default 0.9 of
+    the card, whatever the trainer holds; the sentence names what the plan would do instead."""
+    auto = plan_memory(_with(config, "server", gpu_sharing="auto"), shape, totals or None, with_advice=False)
+    share = f", vLLM's share {auto.gpu_memory_utilization:.2f}" if auto.gpu_memory_utilization else ""
+    choice = (f"the plan would share it as '{auto.sharing}'{share} ({auto.verdict()})"
+              if auto.fits is not False else f"the plan does not fit it either way ({auto.verdict()})")
+    return (f"server.gpu_sharing 'none' puts vLLM and the trainer on the same GPU {gpu} without a plan: vLLM "
+            f"would take its default 0.9 of the card beside the trainer. {choice[0].upper()}{choice[1:]}. Set "
+            "server.gpu_sharing to 'auto' (or 'split' or 'sleep'), or give vLLM a GPU of its own (server.gpus).")
+
+
 def _with(config: RunConfig, section: str, **changes: Any) -> RunConfig:
     part = getattr(config, section)
     return config.model_copy(update={section: part.model_copy(update=changes)})
+
+
+def _tokens_within(config: RunConfig, shape: ModelShape, budget: int) -> int:
+    """The largest micro-batch (in tokens, below the configured one) whose activations fit `budget` bytes; 0 if
+    none. Searched, not divided: the log-prob chunk's peak does not shrink with the micro-batch."""
+    t = config.trainer
+    lo, hi = 0, config.grpo.micro_batch_tokens - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        need = activation_bytes(shape, tokens=mid, dtype_bytes=DTYPE_BYTES.get(t.dtype, 2),
+                                checkpointing=t.gradient_checkpointing is True, chunk_tokens=t.logprob_chunk_tokens,
+                                lora_r=config.lora.r, lora_targets=config.lora.target_modules)
+        lo, hi = (mid, hi) if need <= budget else (lo, mid - 1)
+    return lo
 
 
 def advice(config: RunConfig, shape: ModelShape, plan: MemoryPlan, totals: list[int]) -> list[str]:
@@ -354,15 +350,12 @@ def advice(config: RunConfig, shape: ModelShape, plan: MemoryPlan, totals: list[
     worst = max(plan.gpus, key=lambda g: -(g.spare or 0))
     short, t, s = plan.shortfall, worst.trainer, worst.server
     candidates: list[tuple[str, RunConfig]] = []
-    if t and not config.trainer.gradient_checkpointing:
+    if t and config.trainer.gradient_checkpointing is not True:
         on = _with(config, "trainer", gradient_checkpointing=True)
         candidates.append((f"turn on trainer.gradient_checkpointing (activations {gib(t.activations)} → "
                            f"{gib(trainer_need(on, shape).activations)})", on))
     if t:
-        dtype_bytes = DTYPE_BYTES.get(config.trainer.dtype, 2)
-        per_token = activation_bytes(shape, tokens=1, dtype_bytes=dtype_bytes,
-                                     checkpointing=config.trainer.gradient_checkpointing, chunk_tokens=0)
-        tokens = config.grpo.micro_batch_tokens - math.ceil(short / per_token)
+        tokens = _tokens_within(config, shape, t.activations - short)
         if tokens >= SMALLEST_MICRO_BATCH:
             candidates.append((f"lower grpo.micro_batch_tokens from {config.grpo.micro_batch_tokens} to {tokens}",
                                _with(config, "grpo", micro_batch_tokens=tokens)))

@@ -14,9 +14,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from training.events import MonitorAlert
+from training.health.signals import sampled_entropy, truncated_share, zero_variance_share
 from training.types import Trajectory, TrajectoryGroup
 
-MonitorName = Literal["length", "repetition", "empty", "judge_divergence", "kl", "zero_variance"]
+MonitorName = Literal["length", "repetition", "empty", "judge_divergence", "kl", "zero_variance", "truncation",
+                      "entropy"]
 
 
 class MonitorConfig(BaseModel):
@@ -33,7 +35,16 @@ class MonitorConfig(BaseModel):
         "while the env reward mean or the held-out win rate fell by at least this.")
     max_kl: float | None = Field(1.0, gt=0.0, description="Alert above this KL to the base (where measured).")
     max_zero_variance: float = Field(
-        0.9, ge=0.0, le=1.0, description="Alert above this fraction of groups with no reward spread (no gradient).")
+        0.9, ge=0.0, le=1.0, description="Alert above this fraction of groups with no reward spread (no gradient) "
+        "for `stall_steps` steps in a row.")
+    max_truncated: float = Field(
+        0.5, ge=0.0, le=1.0, description="Alert above this share of answers cut off at sampling.max_tokens for "
+        "`stall_steps` steps in a row.")
+    min_entropy: float | None = Field(
+        0.02, ge=0.0, description="Alert below this entropy on the sampled tokens (nats per token) for "
+        "`stall_steps` steps in a row: the policy samples one answer, its groups have nothing to compare.")
+    stall_steps: int = Field(3, ge=1, description="Steps in a row a stall signal must cross before it alerts: one "
+                                                  "flat step is noise, several are a run that has stopped learning.")
     pause_on: list[MonitorName] = Field(
         default_factory=lambda: ["judge_divergence"], description="Monitors whose alert pauses the run.")
 
@@ -66,7 +77,9 @@ def step_signals(groups: list[TrajectoryGroup], train_metrics: dict, ngram: int)
         "mon_length_chars": statistics.fmean(len(a) for a in texts) if texts else None,
         "mon_repeat_rate": statistics.fmean(repeat_rate(a, ngram) for a in texts) if texts else None,
         "mon_empty_rate": statistics.fmean(not a.strip() for a in texts) if texts else None,
-        "mon_zero_variance": sum(g.skipped for g in groups) / len(groups) if groups else None,
+        "mon_zero_variance": zero_variance_share(groups),
+        "mon_entropy": sampled_entropy(groups),
+        "mon_truncated": truncated_share(groups),
         "mon_kl": train_metrics.get("kl"),
         "mon_judge_mean": statistics.fmean(judge) if judge else None,
         "mon_env_mean": statistics.fmean(env) if env else None,
@@ -86,6 +99,7 @@ class Monitors:
         self.history: dict[str, list[float]] = {}
         self.win_rates: list[float] = []
         self.firing: set[str] = set()
+        self.streaks: dict[str, int] = {}  # steps in a row a stall signal has crossed
 
     def _check(self, step: int, name: str, value: float | None, threshold: float, crossed: bool,
                message: str) -> list[MonitorAlert]:
@@ -116,14 +130,38 @@ class Monitors:
                               f"{(rep or 0):.0%} of answer {c.ngram}-grams are repeats")
         alerts += self._check(step, "empty", empty, c.max_empty_rate, (empty or 0) > c.max_empty_rate,
                               f"{(empty or 0):.0%} of answers are empty")
-        zero = signals.get("mon_zero_variance")
-        alerts += self._check(step, "zero_variance", zero, c.max_zero_variance, (zero or 0) > c.max_zero_variance,
-                              f"{(zero or 0):.0%} of groups had no reward spread (nothing to learn from)")
+        alerts += self._stalls(step, signals)
         kl = signals.get("mon_kl")
         if c.max_kl is not None:
             alerts += self._check(step, "kl", kl, c.max_kl, (kl or 0) > c.max_kl,
                                   f"KL to the base is {(kl or 0):.3f} (threshold {c.max_kl})")
         alerts += self._divergence(step)
+        return alerts
+
+    def _streak(self, name: str, crossed: bool) -> bool:
+        self.streaks[name] = self.streaks.get(name, 0) + 1 if crossed else 0
+        return self.streaks[name] >= self.config.stall_steps
+
+    def _stalls(self, step: int, signals: dict[str, float | None]) -> list[MonitorAlert]:
+        """Learning has stalled when, step after step, most groups have no reward spread, most answers are cut
+        off, or the policy samples one answer; the zero-variance alert names the likely cause."""
+        c, k = self.config, self.config.stall_steps
+        zero, cut, entropy = (signals.get(key) for key in ("mon_zero_variance", "mon_truncated", "mon_entropy"))
+        low = entropy is not None and c.min_entropy is not None and entropy < c.min_entropy
+        many_cut = (cut or 0) > c.max_truncated
+        why = "most answers were cut off at max_tokens" if many_cut else \
+            "the policy samples nearly one answer (low entropy)" if low else "every answer of a group scored the same"
+        span = f"for {k} steps" if k > 1 else "this step"
+        alerts = self._check(step, "zero_variance", zero, c.max_zero_variance,
+                             self._streak("zero_variance", (zero or 0) > c.max_zero_variance),
+                             f"{(zero or 0):.0%} of groups had no reward spread {span} (nothing to learn from): {why}")
+        alerts += self._check(step, "truncation", cut, c.max_truncated, self._streak("truncation", many_cut),
+                              f"{(cut or 0):.0%} of answers were cut off at sampling.max_tokens {span}: raise "
+                              "max_tokens or ask for shorter answers")
+        if c.min_entropy is not None:
+            alerts += self._check(step, "entropy", entropy, c.min_entropy, self._streak("entropy", low),
+                                  f"the entropy on sampled tokens is {(entropy or 0):.3f} nats {span} (threshold "
+                                  f"{c.min_entropy}): the policy has stopped exploring; raise the temperature")
         return alerts
 
     def observe_evaluation(self, step: int, win_rate: float | None) -> list[MonitorAlert]:

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from training.config import RunConfig
+from training.config import ChatConfig, RunConfig
 
 # Any one of these is a tokenizer transformers can load (fast, sentencepiece or BPE vocabularies).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
@@ -108,16 +108,19 @@ def _prompt_fits(model_config: Any, config: RunConfig, name: str, tools: list[di
     except Exception:  # noqa: BLE001 -- the environment and scenario checks say what is wrong with these
         return []
     budget, why = model_prompt_budget(name, model_config=model_config, system_prompt=config.system_prompt,
-                                      tools=given, scenarios=scenarios, max_tokens=config.sampling.max_tokens)
+                                      tools=given, scenarios=scenarios, max_tokens=config.sampling.max_tokens,
+                                      chat=config.chat)
     if why:
         return [f"base model {config.base_model}: {why}"]
     return [problem] if budget is not None and (problem := budget.problem()) else []
 
 
 def model_prompt_budget(name: str, *, system_prompt: str, tools: list[dict[str, Any]] | None,
-                        scenarios: list[Any], max_tokens: int, model_config: Any = None) -> tuple[Any, str | None]:
+                        scenarios: list[Any], max_tokens: int, model_config: Any = None,
+                        chat: ChatConfig | None = None) -> tuple[Any, str | None]:
     """(PromptBudget, None) for base model `name` (a directory or a cached hub id, read offline), or (None, why
-    it cannot be counted). `model_config`: its already loaded config, if the caller has it."""
+    it cannot be counted). `model_config`: its already loaded config, if the caller has it; `chat`: the run's
+    ChatConfig (its family and reasoning change the prompt)."""
     from training.prompt_budget import prompt_budget
 
     counter, why = model_counter(name, model_config=model_config)
@@ -125,7 +128,7 @@ def model_prompt_budget(name: str, *, system_prompt: str, tools: list[dict[str, 
         return None, why
     tokenizer, context = counter
     return prompt_budget(tokenizer, context=context, system_prompt=system_prompt, tools=tools, scenarios=scenarios,
-                         max_tokens=max_tokens), None
+                         max_tokens=max_tokens, chat=chat), None
 
 
 def model_counter(name: str, *, model_config: Any = None) -> tuple[tuple[Any, int] | None, str | None]:

@@ -1,8 +1,9 @@
 """Does a run's prompt leave room for its answers? The opening prompt (system prompt, the tools as the model's
 chat template renders them, the longest scenario) plus `sampling.max_tokens` must fit the model's context, or
 every rollout of that scenario fails at the server ("max_tokens is more than the tokens left") and the run dies
-at step 1. Counted as the inference servers count it: the chat template rendered with the generation prompt,
-then tokenised without special tokens.
+at step 1. Counted as the inference servers count it, with the trainer's own rendering
+(training.chat_format.prompt_ids): the run's chat family and reasoning setting applied (training.chat_templates),
+the generation prompt included, tokenised without special tokens.
 
 Pure: a tokenizer, the model's context and the numbers in, a `PromptBudget` out; the launch check (preflight),
 the web app's agent form and the command line all read the same one.
@@ -12,11 +13,17 @@ the web app's agent form and the command line all read the same one.
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
+from training.chat_format import prompt_ids
+from training.chat_templates import install
 from training.environments.base import opening_messages
 from training.types import Scenario
+
+if TYPE_CHECKING:
+    from training.config import ChatConfig
 
 # Scenarios whose text alone is longest are rendered in full (the template adds the same frame to each, so the
 # longest text is the longest prompt up to a few tokens; the few next ones cover the difference).
@@ -59,13 +66,22 @@ class PromptBudget:
 
 
 def _tokens(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> int:
-    text = tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=False, add_generation_prompt=True)
-    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+    return len(prompt_ids(tokenizer, messages, tools))
+
+
+def _as_the_run_renders(tokenizer: Any, chat: ChatConfig | None) -> Any:
+    """`tokenizer` with the run's chat family installed as the trainer and the server install it (Qwen3 without
+    reasoning samples after an empty think block, say); a shallow copy, so the caller's tokenizer is unchanged."""
+    counted = copy.copy(tokenizer)
+    install(counted, name=chat.family if chat else None, reasoning=chat.reasoning if chat else "keep")
+    return counted
 
 
 def prompt_budget(tokenizer: Any, *, context: int, system_prompt: str, tools: list[dict[str, Any]] | None,
-                  scenarios: Sequence[Scenario], max_tokens: int) -> PromptBudget:
-    """The budget of the opening prompt of the longest of `scenarios` (none: the system prompt and tools alone)."""
+                  scenarios: Sequence[Scenario], max_tokens: int, chat: ChatConfig | None = None) -> PromptBudget:
+    """The budget of the opening prompt of the longest of `scenarios` (none: the system prompt and tools alone).
+    `chat`: the run's chat family and reasoning setting (default: the family the template's fingerprint names)."""
+    tokenizer = _as_the_run_renders(tokenizer, chat)
     frame = _tokens(tokenizer, opening_messages(Scenario(id="", user_message=""), system_prompt), tools)
     prompt, longest = frame, None
     if scenarios:

@@ -6,6 +6,7 @@ reaches max_tokens. Returns the sampled ids and the log-probability of each unde
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +42,10 @@ def sample_batch(
     stop_ids: set[int],
     pad_id: int,
     generator: Any = None,
+    on_step: Callable[[list[int], list[bool]], None] | None = None,
 ) -> list[Sample]:
+    """`on_step`, when given, is called after every step with each row's sampled id and whether the row was still
+    sampling (a streamed answer's tokens as they come; it costs one device-to-host read a step)."""
     import torch
 
     batch, width = len(prompts), max(len(p) for p in prompts)
@@ -80,6 +84,8 @@ def sample_batch(
                 for st in settings:
                     chosen[rows_of[st]] = _pick(logits[rows_of[st]], *st, generator)
             tokens[:, t] = chosen
+            if on_step is not None:
+                on_step(chosen.tolist(), active.tolist())
             token_lps[:, t] = torch.log_softmax(logits, dim=-1).gather(-1, chosen.unsqueeze(-1)).squeeze(-1)
             hit_stop = active & torch.isin(chosen, stop_tensor)
             ended = hit_stop | (active & (limits <= t + 1))

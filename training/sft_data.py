@@ -163,11 +163,11 @@ def conversation_parse(row: Any, *, line: int = 1) -> tuple[Conversation | None,
         return None, _errors_of(line, err)
 
 
-def parse_jsonl(data: bytes | str, *, max_rows: int | None = None,
-                max_depth: int = MAX_DEPTH) -> tuple[list[Conversation], list[RowError]]:
+def parse_jsonl(data: bytes | str, *, max_rows: int | None = None, max_depth: int = MAX_DEPTH,
+                max_line_bytes: int | None = None) -> tuple[list[Conversation], list[RowError]]:
     """(conversations, []) when every non-blank line is a valid conversation; ([], errors) otherwise, so a
     caller never keeps part of a file. At most MAX_ERRORS problems are listed. A line nesting deeper than
-    `max_depth` is refused as a problem of its line, never decoded."""
+    `max_depth`, or longer than `max_line_bytes`, is refused as a problem of its line, never decoded."""
     if isinstance(data, bytes):
         try:
             data = data.decode("utf-8-sig")
@@ -186,6 +186,11 @@ def parse_jsonl(data: bytes | str, *, max_rows: int | None = None,
         if "\x00" in text:
             errors.append(RowError(number, "", "holds a null character (U+0000)"))
             continue
+        if max_line_bytes is not None and (size := len(text.encode())) > max_line_bytes:
+            errors.append(RowError(number, "", f"the conversation is {_size(size)}, more than the "
+                                               f"{_size(max_line_bytes)} one conversation may be; no model's context "
+                                               "holds that much text: split it into shorter conversations"))
+            continue
         if (deep := _too_deep(text, max_depth)) is not None:
             errors.append(RowError(number, "", f"the JSON is {deep}"))
             continue
@@ -203,6 +208,10 @@ def parse_jsonl(data: bytes | str, *, max_rows: int | None = None,
     if not rows and not errors:
         errors.append(RowError(1, "", "the file holds no conversation"))
     return ([], errors[:MAX_ERRORS]) if errors else (conversations, [])
+
+
+def _size(n: int) -> str:
+    return f"{n / 1_000_000:.1f} MB" if n >= 1_000_000 else f"{n / 1000:.0f} kB"
 
 
 def split_held_out(conversations: list[Any], fraction: float, seed: int) -> tuple[list[int], list[int]]:

@@ -22,10 +22,11 @@ from training.checkpoints import (Checkpoint, RunSummary, adapter_name, checkpoi
 from training.config import RunConfig
 from training.control import Control, StaticControl, wait_for_go
 from training.errors import TrainingError
-from training.events import (CheckpointSaved, EventSink, HeldOutLoss, RunFailed, RunFinished, RunStarted,
+from training.events import (CheckpointSaved, EventSink, HeldOutLoss, RunFailed, RunFinished, RunHeld, RunStarted,
                              StepFinished, TrainStep, null_sink)
 from training.sft_config import SFTOptions, learning_rate_at
 from training.sft_data import Conversation, conversation_parse, read_conversations, split_held_out
+from training.prompt_budget import model_context
 from training.sft_packing import Encoded, check_lengths, plan_run
 from training.types import Scenario, Scorer
 
@@ -91,9 +92,10 @@ async def train_sft(config: RunConfig, *, scorer: Scorer | None = None, sink: Ev
     try:
         device = pick_device(config.device, require_gpu=config.trainer.require_gpu)
         trainer = await on_trainer(lambda: SFTTrainer(config.base_model, config.lora, options, device=device,
-                                                      seed=config.seed, options=config.trainer))
+                                                      seed=config.seed, options=config.trainer, chat=config.chat))
         encoded = await on_trainer(lambda: [_encode(trainer, conversations[i], i) for i in range(len(conversations))])
-        check_lengths(encoded, micro_batch_tokens=options.micro_batch_tokens, describe=lambda s: f"conversation {s + 1}")
+        check_lengths(encoded, micro_batch_tokens=options.micro_batch_tokens, describe=lambda s: f"conversation {s + 1}",
+                      context=model_context(trainer.model.config))
         train_rows, held_rows = [encoded[i] for i in train_ids], [encoded[i] for i in held_ids]
         plan = plan_run(train_rows, epochs=options.epochs, batch_tokens=options.batch_tokens, seed=config.seed,
                         max_steps=options.max_steps)
@@ -123,7 +125,8 @@ async def train_sft(config: RunConfig, *, scorer: Scorer | None = None, sink: Ev
 
         last_trained = start - 1
         for step in range(start, plan.total + 1):
-            if not await wait_for_go(control, lambda: save(last_trained)):
+            if not await wait_for_go(control, lambda: save(last_trained),
+                                     lambda: sink(RunHeld(step=last_trained, trained=True))):  # noqa: B023
                 break
             began = time.monotonic()
             epoch, rows = plan.steps[step - 1]
@@ -200,7 +203,8 @@ async def _start_evaluation(config: RunConfig, scenarios: list[Scenario], scorer
                             "not here to do it: leave the evaluation off for this SFT run")
     rollout_config = RolloutConfig(config.system_prompt, config.sampling, parse_options(env, config.environment.options))
     await env.launch(rollout_config.options)
-    server = start_server(config.server, config.base_model, Path(config.output_dir) / "server.log", device=device)
+    server = start_server(config.server, config.base_model, Path(config.output_dir) / "server.log", device=device,
+                          chat=config.chat)
     checks = RunChecks(config=config, held_out=scenarios, env=env, rollout_config=rollout_config,
                        scorer=scorer or env_reward_scorer, sink=sink)
     return server, {"server": server, "client": server.async_client(), "checks": checks}

@@ -55,8 +55,14 @@ class Packed:
         return sum(self.mask)
 
 
-def check_lengths(rows: list[Encoded], *, micro_batch_tokens: int, describe=str) -> None:
-    """Refuses conversations longer than a forward pass, naming them (`describe(source)`)."""
+def check_lengths(rows: list[Encoded], *, micro_batch_tokens: int, describe=str, context: int | None = None) -> None:
+    """Refuses conversations longer than the model's `context` (no setting can train them) or than a forward
+    pass, naming them (`describe(source)`)."""
+    if context is not None and (beyond := [r for r in rows if len(r.input_ids) > context]):
+        named = ", ".join(f"{describe(r.source)} ({len(r.input_ids)} tokens)" for r in beyond[:5])
+        raise TrainingError(f"{len(beyond)} conversation(s) are longer than the model's context of {context} "
+                            f"tokens: {named}; no setting can train them: shorten them or remove them from the "
+                            "data")
     long = [r for r in rows if len(r.input_ids) > micro_batch_tokens]
     if long:
         named = ", ".join(f"{describe(r.source)} ({len(r.input_ids)} tokens)" for r in long[:5])

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from training.chat_format import encode_conversation
-from training.config import GRPOConfig, LoraConfig, TrainerConfig
+from training.config import ChatConfig, GRPOConfig, LoraConfig, TrainerConfig
 from training.errors import TrainingError
 from training.grpo import token_logprobs
 from training.sft_config import SFTOptions
@@ -25,14 +25,15 @@ from training.trainer import Trainer
 
 class SFTTrainer(Trainer):
     def __init__(self, base_model: str, lora: LoraConfig, sft: SFTOptions, *, device: str = "cpu", seed: int = 0,
-                 options: TrainerConfig | None = None) -> None:
+                 options: TrainerConfig | None = None, chat: ChatConfig | None = None) -> None:
         if options is not None and options.distributed != "none":
             raise TrainingError("SFT runs train in one process: set trainer.distributed to 'none'")
         # The GRPO trainer's optimizer and memory check read these; the policy-gradient fields are unused.
         optim = GRPOConfig(learning_rate=sft.learning_rate, weight_decay=sft.weight_decay, adam_betas=sft.adam_betas,
                            max_grad_norm=sft.max_grad_norm, micro_batch_tokens=sft.micro_batch_tokens,
                            micro_batch_size=1)
-        super().__init__(base_model, lora, optim, device=device, seed=seed, options=options, temperature=1.0)
+        super().__init__(base_model, lora, optim, device=device, seed=seed, options=options, temperature=1.0,
+                         chat=chat)
         self.sft = sft
 
     def encode(self, conversation: Any, source: int) -> Encoded:

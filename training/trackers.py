@@ -13,6 +13,8 @@ steps; each checkpoint's name (W&B: `checkpoint` in the step's row and the `chec
 W&B's project/entity/mode/dir and its key in WANDB_API_KEY; MLflow's tracking URI, experiment and its own
 MLFLOW_TRACKING_* variables. Offline use needs no account: `mode: offline` (W&B writes a local run directory) and a
 `file:` tracking URI (MLflow's file store; MLFLOW_ALLOW_FILE_STORE=true is set for it).
+A tracker with an `on_event` method is handed every event too: Langfuse (training/tracing/langfuse.py) traces the
+scored trajectories themselves.
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from training.events import (CheckpointSaved, Event, EvaluationFinished, EventSink, HeldOutLoss, RunFailed,
                              RunFinished, StepFinished, TrackerFailed)
+from training.tracing.langfuse import LangfuseSettings
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +56,8 @@ class MlflowSettings(_Strict):
 class TrackersConfig(_Strict):
     wandb: WandbSettings | None = Field(None, description="Report to Weights & Biases.")
     mlflow: MlflowSettings | None = Field(None, description="Report to MLflow.")
+    langfuse: LangfuseSettings | None = Field(None, description="Each trajectory a Langfuse trace "
+                                              "(training/tracing/langfuse.py).")
     run_id: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]{1,64}$",
                                description="A stable id for the tracker's run (W&B resumes it when the run resumes).")
     run_url: str | None = Field(None, max_length=2000, description="A link back to the run's page.")
@@ -60,7 +65,7 @@ class TrackersConfig(_Strict):
 
     @property
     def enabled(self) -> bool:
-        return self.wandb is not None or self.mlflow is not None
+        return self.wandb is not None or self.mlflow is not None or self.langfuse is not None
 
 
 def _numbers(metrics: dict[str, Any]) -> dict[str, float]:
@@ -187,7 +192,10 @@ class TrackingSink:
         self.failures.put(TrackerFailed(tracker=name, error=f"{type(err).__name__}: {err}"[:2000]))
 
     def _start(self) -> None:
-        for name, settings, cls in (("wandb", self.trackers.wandb, _Wandb), ("mlflow", self.trackers.mlflow, _Mlflow)):
+        from training.tracing.langfuse import LangfuseTracer  # its SDK is imported here, on this thread
+
+        for name, settings, cls in (("wandb", self.trackers.wandb, _Wandb), ("mlflow", self.trackers.mlflow, _Mlflow),
+                                    ("langfuse", self.trackers.langfuse, LangfuseTracer)):
             if settings is None:
                 continue
             try:
@@ -209,6 +217,8 @@ class TrackingSink:
                     if isinstance(event, (RunFinished, RunFailed)):
                         tracker.finish(event.status if isinstance(event, RunFinished) else "failed")
                         continue
+                    if hasattr(tracker, "on_event"):  # a trace viewer takes the trajectories themselves
+                        tracker.on_event(event)
                     logged = step_metrics(event)
                     if logged is not None and logged[1]:
                         tracker.log(*logged)

@@ -20,7 +20,8 @@ import torch
 from training import distributed
 from training.batching import Row, micro_batches
 from training.chat_format import encode_with_logprobs, end_of_turn_ids, pad_token_id
-from training.config import GRPOConfig, LoraConfig, TrainerConfig
+from training.chat_templates import install
+from training.config import ChatConfig, GRPOConfig, LoraConfig, TrainerConfig
 from training.errors import TrainingError
 from training.grpo import policy_loss, token_logprobs
 from training.sft import pad_batch
@@ -53,14 +54,15 @@ def resolve_dtype(name: str, device: str) -> torch.dtype:
 
 
 def step_memory_bytes(config: Any, *, tokens: int, dtype: torch.dtype, checkpointing: bool,
-                      chunk_tokens: int) -> int:
+                      chunk_tokens: int, lora: LoraConfig | None = None) -> int:
     """Upper estimate of the activation memory of one micro-batch of `tokens` padded tokens (weights excluded):
     the memory plan's (training/memory_plan.py), for a loaded model's config."""
     from training.memory_plan import ModelShape, activation_bytes
 
+    lora = lora or LoraConfig()
     return activation_bytes(ModelShape.from_config(config.to_dict()), tokens=tokens,
                             dtype_bytes=torch.finfo(dtype).bits // 8, checkpointing=checkpointing,
-                            chunk_tokens=chunk_tokens)
+                            chunk_tokens=chunk_tokens, lora_r=lora.r, lora_targets=lora.target_modules)
 
 
 def _fused_ok(params: list[torch.nn.Parameter]) -> bool:
@@ -96,13 +98,14 @@ def importance_metrics(ratio_sum: float, weight_sum: float, truncated: float, to
 
 class Trainer:
     def __init__(self, base_model: str, lora: LoraConfig, grpo: GRPOConfig, *, device: str = "cpu",
-                 seed: int = 0, options: TrainerConfig | None = None, temperature: float = 1.0) -> None:
+                 seed: int = 0, options: TrainerConfig | None = None, temperature: float = 1.0,
+                 chat: ChatConfig | None = None) -> None:
         from peft import LoraConfig as PeftLoraConfig
         from peft import get_peft_model
         from transformers import AutoTokenizer, GenerationConfig
 
         torch.manual_seed(seed)
-        self.grpo, self.options = grpo, options or TrainerConfig()
+        self.grpo, self.options, self.lora = grpo, options or TrainerConfig(), lora
         distributed.init_from_env(device, self.options.gpus, self.options.collective_timeout_s)
         self.device = distributed.local_device(device, self.options.gpus)
         self.dtype = resolve_dtype(self.options.dtype, self.device)
@@ -112,6 +115,12 @@ class Trainer:
         except OSError:  # no generation_config.json: the tokenizer's EOS alone ends a turn
             generation = None
         self.end_ids = end_of_turn_ids(self.tokenizer, generation)
+        chat = chat or ChatConfig()
+        # The family's training template, as the server samples with it (training.chat_templates).
+        family = install(self.tokenizer, name=chat.family, reasoning=chat.reasoning)
+        if family is not None and (marker := self.tokenizer.convert_tokens_to_ids(family.end_of_turn)) is not None \
+                and marker not in self.end_ids:
+            self.end_ids.append(int(marker))
         self.pad_id = pad_token_id(self.tokenizer)
         base = self._load_base(base_model)
         peft_config = PeftLoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
@@ -152,7 +161,7 @@ class Trainer:
                 base = AutoModelForCausalLM.from_pretrained(base_model, **kwargs).to(self.device)
             except torch.OutOfMemoryError as err:
                 raise TrainingError(f"the base model does not fit on {self.device}: {err}") from None
-        if self.options.gradient_checkpointing:
+        if self.options.gradient_checkpointing is True:  # 'auto' unresolved (no plan, e.g. SFT): off
             # Non-reentrant: works with a frozen embedding (LoRA) and under DDP.
             base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         return base
@@ -161,8 +170,8 @@ class Trainer:
         """What one micro-batch needs beyond the resident weights and adapter: the loop checks it against the
         GPU's free memory once the inference server holds its share (training/gpu_sharing.py)."""
         return step_memory_bytes(self.model.get_base_model().config, tokens=self.grpo.micro_batch_tokens,
-                                 dtype=self.dtype, checkpointing=self.options.gradient_checkpointing,
-                                 chunk_tokens=self.options.logprob_chunk_tokens)
+                                 dtype=self.dtype, checkpointing=self.options.gradient_checkpointing is True,
+                                 chunk_tokens=self.options.logprob_chunk_tokens, lora=self.lora)
 
     def _rows(self, groups: list[TrajectoryGroup]) -> list[Row]:
         rows = []

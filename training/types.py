@@ -46,6 +46,8 @@ class Trajectory:
     tools: list[dict[str, Any]] | None = None
     turn_token_ids: list[list[int] | None] = field(default_factory=list)
     turn_logprobs: list[list[float] | None] = field(default_factory=list)
+    # Per assistant turn, why the server stopped ("stop", "length": cut off at max_tokens, "tool_calls"; "" unknown).
+    finish_reasons: list[str] = field(default_factory=list)
     env_reward: float | None = None
     judge_score: float | None = None
     explanation: str = ""
@@ -93,6 +95,9 @@ class TrajectoryGroup:
     errors: list[str] = field(default_factory=list)  # rollouts that raised: recorded, never lost
     skipped: bool = False  # zero reward variance: no gradient, reported
     scoring_error: str | None = None
+    # How the judge's provider failed when it was down or limiting beyond its retries ("x answered 503"): the
+    # step waits for the judge (training/parking) instead of counting the group as a scoring failure.
+    judge_outage: str | None = None
     judge_report: JudgeReport | None = None  # set by a judge scorer; the loop emits it as a JudgeUsage event
 
 

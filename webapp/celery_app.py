@@ -18,4 +18,5 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
 
 app = Celery("webapp")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.conf.include = ["webapp.tasks"]
+# The tasks, and what the processes tell /readyz and /metrics (presence, task outcomes, beat's sends).
+app.conf.include = ["webapp.tasks", "webapp.operations.celery_signals"]

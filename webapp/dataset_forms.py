@@ -6,6 +6,7 @@ from typing import Any
 from django import forms
 
 from webapp.forms import JSONListField, UploadField
+from webapp.model_catalogue import base_model_choices
 from webapp.models import Checkpoint, RubricVersion
 
 
@@ -20,6 +21,21 @@ class DatasetUploadForm(forms.Form):
     mode = forms.ChoiceField(choices=[("append", "append to the latest version"),
                                       ("replace", "replace its conversations")], initial="append",
                              help_text="Either way the upload makes a new version; earlier versions stay as they are.")
+    model = forms.ChoiceField(
+        required=False, label="Check against model", choices=lambda: [("", "do not check")] + base_model_choices(),
+        help_text="The model these conversations will train: each one is counted with its tokenizer and must fit "
+                  "its context, or the file is refused naming the line.")
+
+    def __init__(self, *args: Any, project=None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if project is not None and not self.is_bound:  # the model the project's newest agent trains
+            agent = project.agents.order_by("-id").only("base_model").first()
+            choices = base_model_choices()
+            names = {name for name, _ in choices}
+            if agent is not None and agent.base_model in names:
+                self.fields["model"].initial = agent.base_model
+            elif len(choices) == 1:
+                self.fields["model"].initial = choices[0][0]
 
 
 class DistillationForm(forms.Form):

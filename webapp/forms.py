@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import uuid
 from typing import Any
 
 from django import forms
@@ -12,12 +11,11 @@ from django.core.exceptions import ValidationError
 from webapp.base_model_fields import BaseModelField, BaseModelFormMixin
 from webapp.input_rules import BadInput, json_loads_bounded
 from webapp.judge_keys import judge_key_policy
-from webapp.model_catalogue import TINY_MODEL, BaseModelChoiceError, resolve_base_model
-from webapp.models import Agent, JudgeConfig, McpServer, Role, RubricVersion, Scenario
+from webapp.model_catalogue import BaseModelChoiceError, resolve_base_model
+from webapp.models import Agent, JudgeConfig, McpServer, Role, Scenario
 from webapp.models.catalogue import MESSAGE_MAX, PROMPT_MAX
 from webapp.run_policy import override_problems
 from webapp.services import run_config as defaults
-from webapp.services.trackers import TRACKERS, run_trackers_chosen, trackers_available
 from webapp.storable import holds_nul
 
 ENVIRONMENT_KINDS = [("chat", "chat: answer the scenario"), ("tools", "tools: function calling"),
@@ -115,21 +113,31 @@ class MemberForm(forms.Form):
 
 class ExampleAgentForm(BaseModelFormMixin, forms.Form):
     example = forms.ChoiceField(choices=[], help_text="What the agent plays or solves (docs/examples.md).")
-    base_model = BaseModelField(initial=TINY_MODEL)
+    base_model = BaseModelField(required=False, help_text="Left as it is: the model warmed up for the example where "
+                                "this deployment offers it (docs/examples.md), else its only model.")
     scenarios = forms.IntegerField(min_value=1, max_value=400, initial=40,
                                    help_text="Training scenarios to generate: positions, boards or puzzles.")
-    held_out = forms.IntegerField(min_value=0, max_value=100, initial=10, label="Held out",
-                                  help_text="Others kept for the evaluation (the validation split), never trained on.")
+    held_out = forms.IntegerField(min_value=1, max_value=100, initial=10, label="Held out",
+                                  help_text="Others kept for the evaluation (the validation split), never trained on: "
+                                            "the held-out win rate against the base model is measured on them.")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         from training.examples import EXAMPLES
+        from webapp.model_catalogue import base_model_choices
 
         super().__init__(*args, **kwargs)
         self.fields["example"].choices = [(e.key, f"{e.title}: {e.summary}") for e in EXAMPLES.values()]
         self.base_model_setup()
+        self.fields["base_model"].initial = ""  # the example's own model, chosen on save
+        self.fields["base_model"].choices = [("", "the example's own model")] + base_model_choices()
 
     def clean(self) -> dict[str, Any]:
-        return self.base_model_clean(super().clean())
+        cleaned = super().clean()
+        if cleaned.get("base_model") or (cleaned.get("base_model_id") or "").strip():
+            return self.base_model_clean(cleaned)
+        cleaned.pop("base_model_id", None)
+        cleaned["base_model"] = ""  # the service takes the example's own model (webapp/services/examples.py)
+        return cleaned
 
 
 class AgentForm(BaseModelFormMixin, forms.Form):
@@ -345,133 +353,6 @@ class JudgeConfigForm(forms.Form):
         return cls(initial={f: getattr(judge, f) for f in fields}, **kwargs)
 
 
-def _for(kind: str, widget: forms.Widget) -> forms.Widget:
-    """Marks a launch field as one kind's (static/webapp/launch.js shows only the chosen kind's)."""
-    widget.attrs["data-kind"] = kind
-    return widget
-
-
-class LaunchForm(forms.Form):
-    kind = forms.ChoiceField(choices=[("grpo", "Reinforce (GRPO): roll out, score against the rubric, sharpen"),
-                                      ("sft", "Teach (SFT): learn from a dataset's conversations")],
-                             initial="grpo", widget=forms.RadioSelect, label="What the run does",
-                             required=False)  # a form (or script) that does not say reinforces, as before
-    name = forms.CharField(max_length=100)
-    agent = forms.ModelChoiceField(queryset=None)  # type: ignore[arg-type]
-    scenario_set = forms.ModelChoiceField(queryset=None,  # type: ignore[arg-type]
-                                          help_text="Teach: its validation scenarios measure the held-out win rate "
-                                                    "against the base model (none: no win rate).")
-    dataset = forms.ModelChoiceField(queryset=None, required=False,  # type: ignore[arg-type]
-                                     widget=_for("sft", forms.Select()),
-                                     help_text="Its latest version, frozen into the run.")
-    rubric = forms.ModelChoiceField(queryset=None, required=False,  # type: ignore[arg-type]
-                                    help_text="Needs a judge.")
-    rubric_version = forms.ModelChoiceField(queryset=None, required=False,  # type: ignore[arg-type]
-                                            label="Rubric version", empty_label="the latest version",
-                                            help_text="Default: the rubric's latest version, frozen into the run.")
-    judge_config = forms.ModelChoiceField(queryset=None, required=False, label="Judge",  # type: ignore[arg-type]
-                                          help_text="None: train on the environment's own reward (chat needs a judge; an "
-                                                    "agent in your own code: the rewards your code sends).")
-    steps = forms.IntegerField(min_value=1, max_value=100000, initial=defaults.DEFAULT_STEPS)
-    group_size = forms.IntegerField(min_value=2, max_value=256, initial=defaults.DEFAULT_GROUP_SIZE,
-                                    help_text="Trajectories per scenario that the judge ranks together.")
-    groups_per_step = forms.IntegerField(min_value=1, max_value=1024, initial=defaults.DEFAULT_GROUPS_PER_STEP)
-    learning_rate = forms.FloatField(min_value=1e-9, max_value=1.0, initial=defaults.DEFAULT_LEARNING_RATE)
-    epochs = forms.IntegerField(min_value=1, max_value=1000, initial=3, required=False,
-                                widget=_for("sft", forms.NumberInput()), help_text="Passes over the conversations.")
-    batch_tokens = forms.IntegerField(min_value=16, max_value=1_000_000, initial=4096, required=False,
-                                      widget=_for("sft", forms.NumberInput()), label="Tokens per step",
-                                      help_text="The batch, by tokens (conversations are packed, no padding).")
-    micro_batch_tokens = forms.IntegerField(min_value=16, max_value=1_000_000, initial=2048, required=False,
-                                            widget=_for("sft", forms.NumberInput()), label="Tokens per forward pass",
-                                            help_text="Bounds memory; a longer conversation is refused by number.")
-    sft_learning_rate = forms.FloatField(min_value=1e-9, max_value=1.0, initial=2e-4, required=False,
-                                         widget=_for("sft", forms.NumberInput(attrs={"step": "any"})),
-                                         label="Peak learning rate")
-    warmup_ratio = forms.FloatField(min_value=0.0, max_value=0.5, initial=0.05, required=False,
-                                    widget=_for("sft", forms.NumberInput(attrs={"step": "any"})),
-                                    help_text="Share of the steps the learning rate rises over.")
-    schedule = forms.ChoiceField(choices=[("cosine", "cosine"), ("linear", "linear"), ("constant", "constant")],
-                                 initial="cosine", required=False, widget=_for("sft", forms.Select()),
-                                 label="Decay after warm-up")
-    held_out_fraction = forms.FloatField(min_value=0.0, max_value=0.9, initial=0.1, required=False,
-                                         widget=_for("sft", forms.NumberInput(attrs={"step": "any"})),
-                                         label="Held-out conversations",
-                                         help_text="Share kept out of training; their loss is the held-out curve.")
-    seed = forms.IntegerField(initial=0, min_value=0, max_value=2**31 - 1)
-    overrides = RunOverridesField(required=False, label="Advanced (JSON)", help_text=OVERRIDES_HELP)
-    review_gate = forms.BooleanField(required=False, label="Review gate",
-                                     help_text="Wait for a reviewer's approval after each step's scoring; "
-                                               "the step trains on the reviewed scores.")
-    trackers = forms.MultipleChoiceField(
-        required=False, widget=forms.CheckboxSelectMultiple, label="Report to",
-        help_text="Experiment trackers this site offers: each step's metrics, the evaluations, the checkpoints' names "
-                  "and a link back to the run go there too.")
-    # One per rendered form: Back and Launch again (or a double click) submits the same token, one run.
-    launch_token = forms.CharField(required=False, max_length=64, widget=forms.HiddenInput())
-
-    def __init__(self, *args: Any, project, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        if not self.is_bound:
-            self.initial.setdefault("launch_token", uuid.uuid4().hex)
-        offered = trackers_available()
-        if offered:
-            self.fields["trackers"].choices = [(name, TRACKERS[name]) for name in offered]
-            last = project.runs.order_by("-id").only("config").first()
-            if last is not None and not self.is_bound:  # a project keeps reporting where its last run did
-                self.initial.setdefault("trackers", [t for t in run_trackers_chosen(config=last.config or {})
-                                                     if t in offered])
-        else:  # nothing to choose: no field
-            del self.fields["trackers"]
-        self.fields["agent"].queryset = project.agents.all()
-        self.fields["scenario_set"].queryset = project.scenario_sets.all()
-        self.fields["dataset"].queryset = project.datasets.filter(versions__isnull=False).distinct()
-        for name in ("steps", "group_size", "groups_per_step", "learning_rate", "review_gate"):
-            self.fields[name].widget.attrs["data-kind"] = "grpo"
-        self.fields["rubric"].queryset = project.rubrics.all()
-        self.fields["rubric_version"].queryset = (RubricVersion.objects.filter(rubric__project=project)
-                                                  .select_related("rubric").order_by("rubric__name", "-number"))
-        self.fields["judge_config"].queryset = project.judge_configs.all()
-        rubrics, judges = list(project.rubrics.all()[:2]), list(project.judge_configs.all()[:2])
-        if not self.is_bound and len(rubrics) == 1 and len(judges) == 1:  # nothing to choose: chosen
-            self.initial.setdefault("rubric", rubrics[0])
-            self.initial.setdefault("judge_config", judges[0])
-
-    def clean_kind(self) -> str:
-        return self.cleaned_data.get("kind") or "grpo"
-
-    def clean(self) -> dict[str, Any]:
-        data = super().clean()
-        version = data.get("rubric_version")
-        if version is not None and data.get("rubric") not in (None, version.rubric):
-            self.add_error("rubric_version", f"{version} is not a version of {data['rubric']}")
-        elif version is not None:
-            data["rubric"] = version.rubric
-        if data.get("rubric") and not data.get("judge_config"):
-            self.add_error("judge_config", "a rubric needs a judge to apply it")
-        if data.get("kind") == "sft":
-            if not data.get("dataset"):
-                self.add_error("dataset", "choose the dataset this run teaches from")
-            if data.get("review_gate"):
-                self.add_error("review_gate", "an SFT run scores nothing, so there is nothing to review")
-        return data
-
-    SFT_FIELDS = {"epochs": "epochs", "batch_tokens": "batch_tokens", "micro_batch_tokens": "micro_batch_tokens",
-                  "sft_learning_rate": "learning_rate", "warmup_ratio": "warmup_ratio", "schedule": "schedule",
-                  "held_out_fraction": "held_out_fraction"}
-
-    def launch_arguments(self) -> dict[str, Any]:
-        """The cleaned data as run_launch's keywords: the SFT fields as its `sft` options, the dataset as its
-        latest version (frozen into the run)."""
-        data = dict(self.cleaned_data)
-        sft = {option: data.pop(field) for field, option in self.SFT_FIELDS.items()}
-        dataset = data.pop("dataset")
-        if data["kind"] == "sft":
-            data.update(sft={k: v for k, v in sft.items() if v not in (None, "")},
-                        dataset_version=dataset.latest_version if dataset else None)
-        return data
-
-
 class OverrideForm(forms.Form):
     score = forms.FloatField(required=False, min_value=0.0, max_value=1.0,
                              help_text="0..1; leave empty to remove your override.")
@@ -496,6 +377,9 @@ class ReorderForm(forms.Form):
 
 class ForkForm(forms.Form):
     name = forms.CharField(max_length=100)
+    scenario_set = forms.ModelChoiceField(queryset=None, required=False,  # type: ignore[arg-type]
+                                          help_text="The scenarios the fork rolls out. Empty: the parent run's "
+                                                    "(an SFT run launched without one has none to give).")
     rubric_version = forms.ModelChoiceField(queryset=None, required=False,  # type: ignore[arg-type]
                                             help_text="The rubric the fork is judged with.")
     judge_config = forms.ModelChoiceField(queryset=None, required=False, label="Judge",  # type: ignore[arg-type]
@@ -511,6 +395,7 @@ class ForkForm(forms.Form):
         from webapp.models import RubricVersion
 
         super().__init__(*args, **kwargs)
+        self.fields["scenario_set"].queryset = project.scenario_sets.all()
         self.fields["rubric_version"].queryset = (RubricVersion.objects.filter(rubric__project=project)
                                                   .select_related("rubric").order_by("rubric__name", "-number"))
         self.fields["judge_config"].queryset = project.judge_configs.all()

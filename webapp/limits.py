@@ -33,11 +33,13 @@ class ProjectLimits(BaseModel):
     checkpoint_bytes: int = Field(200 * 1024**3, ge=1024, description="Disk used by the project's runs' "
                                                                       "checkpoints (200 GiB); a launch is refused "
                                                                       "over it.")
+    webhooks: int = Field(10, ge=1, description="Notification webhooks of the project (webapp/notifications/).")
 
 
 # How the page and the errors say each limit, and whether it counts bytes (413) or things (409).
 LABELS = {"dataset_rows": "dataset rows", "dataset_bytes": "dataset bytes", "dataset_versions": "dataset versions",
-          "recorded_calls": "recorded calls", "exports": "exports", "checkpoint_bytes": "checkpoint disk"}
+          "recorded_calls": "recorded calls", "exports": "exports", "checkpoint_bytes": "checkpoint disk",
+          "webhooks": "webhooks"}
 BYTE_LIMITS = frozenset({"dataset_bytes", "checkpoint_bytes"})
 
 

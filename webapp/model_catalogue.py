@@ -7,8 +7,10 @@ its name, or a Hugging Face id the deployment allows.
 
 - STUDIO_BASE_MODELS is JSON, `{"name": {"source": ..., "description": ..., "context_length": ...}}`, or `@path`
   to a JSON file of that shape. `source` is a Hugging Face id or an absolute directory on the workers. An entry
-  set to null removes a default entry. The tiny offline model (`tiny-2048`, the one `make demo` builds under
-  var/tiny-model on first use) is always there unless the deployment redefines or removes it.
+  set to null removes a default entry. An entry may also give `chat_template`, the model's chat family
+  (training/chat_templates) where its own template is not recognised, and `tool_parser`, vLLM's tool-call
+  parser. The tiny offline model (`tiny-2048`, the one `make demo` builds under var/tiny-model on first use) is
+  always there unless the deployment redefines or removes it.
 - STUDIO_HF_MODELS is a comma list of Hugging Face id patterns, e.g. `Qwen/*,meta-llama/Llama-3.2-1B-Instruct`;
   empty (the default) allows none. Ids only: `owner/name` of letters, digits, `_ . -`, never a path.
 
@@ -23,7 +25,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from webapp.mcp_catalogue import named_entries
 
@@ -42,8 +44,20 @@ class ModelEntry(BaseModel):
                         description="A Hugging Face id or an absolute directory on the workers: what they load.")
     description: str = Field("", max_length=500, description="What the model is for, shown to project members.")
     context_length: int = Field(ge=1, le=10_000_000, description="Tokens of context, shown in the agent form.")
-    chat_template: str | None = Field(None, max_length=100_000, description="Reserved: a chat template to use.")
-    tool_parser: str | None = Field(None, max_length=100, description="Reserved: the server's tool-call parser.")
+    chat_template: str | None = Field(
+        None, max_length=100, description="The model's chat family (training/chat_templates: qwen3, qwen2_5, "
+        "llama3, gemma3, mistral), for a model whose chat template is not recognised as its family's.")
+    tool_parser: str | None = Field(None, max_length=100, pattern=r"^[a-z0-9_]+$",
+                                    description="vLLM's --tool-call-parser for the model (default: its family's).")
+
+    @field_validator("chat_template")
+    @classmethod
+    def _known_family(cls, value: str | None) -> str | None:
+        from training.chat_templates import FAMILIES
+
+        if value is not None and value not in FAMILIES:
+            raise ValueError(f"give a chat family, one of {', '.join(FAMILIES)}")
+        return value
 
 
 @dataclass(frozen=True)
@@ -177,3 +191,26 @@ def base_model_choices() -> list[tuple[str, str]]:
 
 def hf_model_patterns() -> list[str]:
     return list(_deployment()[1])
+
+
+def model_reasons(value: str) -> bool:
+    """Whether base model `value` is of a chat family with a reasoning block a run may keep or drop (Qwen3): by
+    its catalogue entry's family, else by its chat template's fingerprint where its files are here (a directory,
+    or a hub id in the workers' shared cache, STUDIO_MODEL_CACHE_DIR); nothing is downloaded, and a model neither
+    here nor named by the catalogue is taken not to reason."""
+    from django.conf import settings
+
+    from training.chat_templates import FAMILIES, family_of
+    from training.chat_templates.serving import model_chat_template
+    from training.hub import cached_snapshot
+
+    try:
+        model = resolve_base_model(value)
+    except BaseModelChoiceError:
+        return False
+    family = FAMILIES.get(model.chat_template or "")
+    if family is None:  # a hub id is never read as a path here: its snapshot, if the workers fetched it
+        where = Path(model.source) if Path(model.source).is_absolute() else \
+            cached_snapshot(model.source, Path(settings.STUDIO_MODEL_CACHE_DIR))
+        family = family_of(model_chat_template(str(where))) if where is not None else None
+    return family is not None and family.reasoning

@@ -10,6 +10,8 @@ from django.core.cache import cache
 from django.http import HttpRequest, HttpResponse
 from rest_framework.throttling import AnonRateThrottle, UserRateThrottle
 
+from webapp.operations.counters import ENDPOINT_CALLS_REFUSED
+
 
 class ApiUserThrottle(UserRateThrottle):
     def get_rate(self) -> str:
@@ -79,3 +81,9 @@ class ExternalThrottle(UserRateThrottle):
 
     def get_rate(self) -> str:
         return f"{settings.STUDIO_EXTERNAL_PER_MINUTE}/min"
+
+    def allow_request(self, request, view) -> bool:
+        allowed = super().allow_request(request, view)
+        if not allowed:
+            ENDPOINT_CALLS_REFUSED.labels("rate").inc()  # /metrics: studio_endpoint_calls_refused_total
+        return allowed

@@ -26,8 +26,12 @@ from training.config import RunConfig, ServerConfig, describe_validation_error
 ALLOWED_OVERRIDES: frozenset[str] = frozenset({
     # the run's length, randomness and tolerance of failures
     "steps", "seed", "checkpoint_every", "max_rollout_failures", "max_scoring_failures",
+    # which checkpoints outlive the run (served, forked or exported ones always do)
+    "retention.keep_last", "retention.keep_best",
     # how the agent's answers are sampled
     "sampling.temperature", "sampling.top_p", "sampling.max_tokens", "sampling.ignore_eos",
+    # whether a reasoning model (Qwen3) thinks: its chat family is the model catalogue's
+    "chat.reasoning",
     # the adapter
     "lora.r", "lora.alpha", "lora.dropout", "lora.target_modules",
     # GRPO
@@ -44,7 +48,7 @@ ALLOWED_OVERRIDES: frozenset[str] = frozenset({
     # reward-hacking and health monitors
     "monitors.window", "monitors.max_length_growth", "monitors.ngram", "monitors.max_repeat_rate",
     "monitors.max_empty_rate", "monitors.min_divergence", "monitors.max_kl", "monitors.max_zero_variance",
-    "monitors.pause_on",
+    "monitors.pause_on", "monitors.max_truncated", "monitors.min_entropy", "monitors.stall_steps",
 })
 
 _DEPLOYMENT = "is the deployment's (STUDIO_RUN_WORKER_CONFIG), not a run's"
@@ -58,6 +62,8 @@ REFUSED_BECAUSE: dict[str, str] = {
     "base_model": "it is the agent's: change it on the agent (a fork keeps its parent's)",
     "base_model_name": "it is the agent's: change it on the agent (a fork keeps its parent's)",
     "system_prompt": "it is the agent's: change it on the agent (a fork keeps its parent's)",
+    "chat": "the model's chat family is the deployment's model catalogue's (its entry's chat_template); a run "
+            "chooses chat.reasoning only",
     "environment": "the environment is the agent's (its kind, tools, MCP server and options): change it on the agent",
     "scenarios": "the scenarios are the scenario set's",
     "scenarios_file": "it names a file on the worker; the scenarios are the scenario set's",
@@ -88,6 +94,7 @@ WORKER_KEYS: frozenset[str] = frozenset(
 HIDDEN_FROM_PEOPLE: tuple[str, ...] = ("output_dir", "init_checkpoint", "scenarios_file", "sft.data_file",
                                        "server.url", "server.host", "server.port", "server.python",
                                        "server.extra_args", "trackers.wandb.dir", "trackers.mlflow.tracking_uri",
+                                       "trackers.langfuse.host",
                                        # a stdio MCP server of the deployment's catalogue: its program's path,
                                        # arguments and environment (which may hold the deployment's keys)
                                        "environment.options.server.command", "environment.options.server.args",

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
+from studio.key_budget.limits import LIMITS_ENV, parse_key_limits
 from studio.key_policy import POLICY_ENV, KeyPolicy, normalise_base, parse_key_policy
 
 from webapp.env import (
@@ -91,6 +92,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "webapp.operations.middleware.OperationsMiddleware",  # /healthz, /readyz, /metrics: first (its docstring says why)
     "django.middleware.security.SecurityMiddleware",
     "webapp.middleware.PageMethodsMiddleware",
     "webapp.middleware.SecurityHeadersMiddleware",
@@ -157,6 +159,22 @@ if STUDIO_STALE_AFTER_S <= 2 * STUDIO_HEARTBEAT_S:
 # A run still queued this long after it was last handed to the executor is re-sent by the reaper (a broker that
 # lost its message strands it otherwise); a duplicate delivery finds nothing to claim.
 STUDIO_REQUEUE_AFTER_S = env_float("STUDIO_REQUEUE_AFTER_S", 600.0, minimum=1.0)
+# A run whose judge's provider is down (429, 5xx, unreachable beyond its retries) parks and is queued again after
+# a backoff: as long as the judge has been down so far, at least the first and at most the second of these.
+STUDIO_JUDGE_RETRY_S = env_float("STUDIO_JUDGE_RETRY_S", 30.0, minimum=0.1)
+STUDIO_JUDGE_RETRY_MAX_S = env_float("STUDIO_JUDGE_RETRY_MAX_S", 600.0, minimum=0.1)
+# Checkpoints kept after a run ends (services/checkpoint_retention.py), a run's default that a launch may change
+# (retention.keep_last): the last k steps' adapters, with the best by held-out win rate and any served, forked
+# from or exported; 0 keeps every checkpoint.
+STUDIO_CHECKPOINT_KEEP_LAST = env_int("STUDIO_CHECKPOINT_KEEP_LAST", 3, minimum=0)
+# The fair queue (webapp/queue_policy.py): runs of one project holding workers at once (0: no cap), and the queue
+# priorities a project's owner may choose (higher first; by default an owner may only yield to others).
+STUDIO_MAX_RUNS_IN_FLIGHT_PER_PROJECT = env_int("STUDIO_MAX_RUNS_IN_FLIGHT_PER_PROJECT", 0, minimum=0)
+STUDIO_QUEUE_PRIORITY_MIN = env_int("STUDIO_QUEUE_PRIORITY_MIN", -10)
+STUDIO_QUEUE_PRIORITY_MAX = env_int("STUDIO_QUEUE_PRIORITY_MAX", 0)
+if not -1000 <= STUDIO_QUEUE_PRIORITY_MIN <= STUDIO_QUEUE_PRIORITY_MAX <= 1000:
+    raise ImproperlyConfigured("STUDIO_QUEUE_PRIORITY_MIN must be at most STUDIO_QUEUE_PRIORITY_MAX, both within "
+                               "-1000..1000")
 # Set on GPU workers (the GPU image does): they refuse runs that would train on their CPU or sample with the
 # local server, unless a run asks for the CPU (device: cpu).
 STUDIO_GPU_WORKER = env_bool("STUDIO_GPU_WORKER", False)
@@ -167,6 +185,20 @@ STUDIO_ENCRYPTION_KEY = env_str("STUDIO_ENCRYPTION_KEY") or None
 # sent to (studio/key_policy.py): administrators set this; editors choose among the pairs. Unset: none (a key an
 # editor stores on a judge still works). The demo's JUDGE_API_KEY_ENV is bound to its JUDGE_API_BASE.
 STUDIO_JUDGE_KEY_ENDPOINTS = _judge_key_endpoints()
+# Each judge key variable's budget, shared by every run and re-scoring that sends that key (studio/key_budget;
+# docs/webapp.md "Operating it"), e.g. {"OPENAI_API_KEY": {"concurrency": 8, "per_minute": 600}}; unset: none. The
+# counts live in STUDIO_JUDGE_BUDGET_REDIS_URL (default REDIS_URL; the engines of limited keys are given it), else
+# in file locks under the var dir (one machine).
+try:
+    STUDIO_JUDGE_KEY_LIMITS = parse_key_limits(env_str(LIMITS_ENV) or "{}")
+except ValueError as err:
+    raise ImproperlyConfigured(str(err)) from None
+if _unlimitable := sorted(set(STUDIO_JUDGE_KEY_LIMITS) - set(STUDIO_JUDGE_KEY_ENDPOINTS)):
+    raise ImproperlyConfigured(f"{LIMITS_ENV} limits {', '.join(_unlimitable)}, which no judge may name (a variable "
+                               f"of {POLICY_ENV}, or the demo's JUDGE_API_KEY_ENV)")
+STUDIO_JUDGE_BUDGET_REDIS_URL = (check_redis_url(env_str("STUDIO_JUDGE_BUDGET_REDIS_URL"))
+                                 if env_str("STUDIO_JUDGE_BUDGET_REDIS_URL") else REDIS_URL)
+STUDIO_JUDGE_BUDGET_PREFIX = env_str("STUDIO_CHANNEL_PREFIX", "studio")  # deployments sharing a Redis differ
 # Modules whose functions a project may declare as custom tools (tools environment); none by default.
 STUDIO_TOOL_MODULES = env_list("STUDIO_TOOL_MODULES", [])
 # The hosts outbound calls to addresses a project gave may reach (judge and teacher API bases, the scenario
@@ -208,6 +240,8 @@ except ValueError as err:
     raise ImproperlyConfigured(str(err)) from None
 STUDIO_MAX_UPLOAD_BYTES = env_int("STUDIO_MAX_UPLOAD_BYTES", 5 * 1024 * 1024, minimum=1024)
 STUDIO_MAX_UPLOAD_ROWS = env_int("STUDIO_MAX_UPLOAD_ROWS", 10000, minimum=1)
+# One SFT conversation (a JSONL line) at most: a longer one is refused at upload, naming its line.
+STUDIO_MAX_CONVERSATION_BYTES = env_int("STUDIO_MAX_CONVERSATION_BYTES", 1_000_000, minimum=1024)
 # What one project may store (webapp/limits.py, docs/security.md "Per-project limits"): JSON {"dataset_rows": N,
 # ...}; the keys left out keep their defaults, an unknown key or a bad value stops the start.
 try:
@@ -261,7 +295,36 @@ STUDIO_MLFLOW_TRACKING_URI = env_str("STUDIO_MLFLOW_TRACKING_URI") or None
 if STUDIO_MLFLOW_TRACKING_URI and not STUDIO_MLFLOW_TRACKING_URI.startswith(("http://", "https://", "file:")):
     raise ImproperlyConfigured("STUDIO_MLFLOW_TRACKING_URI must be an http(s) URL or a file: URI")
 STUDIO_MLFLOW_EXPERIMENT = env_str("STUDIO_MLFLOW_EXPERIMENT") or "rubric-studio"
+# Langfuse (issue 49; training/tracing/langfuse.py): each trajectory a trace, offered when STUDIO_LANGFUSE_HOST is set
+# (its keys: LANGFUSE_PUBLIC_KEY / LANGFUSE_SECRET_KEY in the workers' environment, passed to the engine of a run
+# that reports to Langfuse only).
+STUDIO_LANGFUSE_HOST = (env_str("STUDIO_LANGFUSE_HOST") or "").rstrip("/") or None
+if STUDIO_LANGFUSE_HOST and not STUDIO_LANGFUSE_HOST.startswith(("http://", "https://")):
+    raise ImproperlyConfigured("STUDIO_LANGFUSE_HOST must be an http(s) URL, e.g. https://cloud.langfuse.com")
+STUDIO_LANGFUSE_ENVIRONMENT = env_str("STUDIO_LANGFUSE_ENVIRONMENT") or None
+if STUDIO_LANGFUSE_ENVIRONMENT and (len(STUDIO_LANGFUSE_ENVIRONMENT) > 40 or not set(STUDIO_LANGFUSE_ENVIRONMENT)
+                                    <= set("abcdefghijklmnopqrstuvwxyz0123456789_-")):
+    raise ImproperlyConfigured("STUDIO_LANGFUSE_ENVIRONMENT is lowercase letters, digits, - and _ (at most 40)")
 STUDIO_PUBLIC_URL = (env_str("STUDIO_PUBLIC_URL") or "").rstrip("/")
+# The Bearer token Prometheus sends to /metrics (webapp/operations/, docs/webapp.md "Metrics"); unset, /metrics is
+# not served (404). /healthz and /readyz need none and say nothing secret.
+STUDIO_METRICS_TOKEN = env_str("STUDIO_METRICS_TOKEN") or ""
+if STUDIO_METRICS_TOKEN and len(STUDIO_METRICS_TOKEN) < 16:
+    raise ImproperlyConfigured("STUDIO_METRICS_TOKEN must be at least 16 characters long")
+# Notifications (webapp/notifications/, docs/webapp.md "Notifications"): e-mail through Django's backend (the
+# console on the embedded default, SMTP from EMAIL_HOST/EMAIL_PORT/... otherwise); a failed e-mail or webhook is
+# tried STUDIO_NOTIFY_ATTEMPTS times in all, waiting STUDIO_NOTIFY_BACKOFF_S, then twice as long each time.
+EMAIL_BACKEND = env_str("EMAIL_BACKEND") or ("django.core.mail.backends.console.EmailBackend" if EMBEDDED
+                                             else "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = env_str("EMAIL_HOST") or "localhost"
+EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER") or ""
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD") or ""
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL") or "rubric-studio@localhost"
+STUDIO_NOTIFY_ATTEMPTS = env_int("STUDIO_NOTIFY_ATTEMPTS", 5, minimum=1)
+STUDIO_NOTIFY_BACKOFF_S = env_float("STUDIO_NOTIFY_BACKOFF_S", 30.0, minimum=0.0)
+STUDIO_NOTIFY_TIMEOUT_S = env_float("STUDIO_NOTIFY_TIMEOUT_S", 10.0, minimum=0.1)
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(STUDIO_MAX_UPLOAD_BYTES, STUDIO_EXTERNAL_MAX_BYTES) + 1024 * 1024
 FILE_UPLOAD_MAX_MEMORY_SIZE = STUDIO_MAX_UPLOAD_BYTES + 1024 * 1024
 
@@ -275,12 +338,14 @@ CELERY_TASK_ROUTES = {"webapp.tasks.run_execute_task": {"queue": "gpu"},
                       "webapp.tasks.playground_rescore_task": {"queue": "judge"},
                       "webapp.tasks.reap_stale_runs_task": {"queue": "judge"},
                       "webapp.tasks.external_calls_prune_task": {"queue": "judge"},
+                      "webapp.tasks.checkpoints_prune_task": {"queue": "judge"},
                       "webapp.tasks.distillation_task": {"queue": "judge"},
                       "webapp.tasks.project_server_hold_task": {"queue": "serve"},
                       "webapp.tasks.try_execute_task": {"queue": "judge"},
                       "webapp.tasks.try_judge_task": {"queue": "judge"},
                       "webapp.tasks.checkpoint_export_task": {"queue": "gpu"},
-                      "webapp.tasks.mcp_server_test_task": {"queue": "judge"}}
+                      "webapp.tasks.mcp_server_test_task": {"queue": "judge"},
+                      "webapp.tasks.notification_deliver_task": {"queue": "judge"}}
 CELERY_TASK_DEFAULT_QUEUE = "default"
 # Early ack + the DB state machine: a run's message is acknowledged on receipt, so a worker that dies is never
 # followed by a second worker re-running the same run; the heartbeat marks it crashed instead.
@@ -290,6 +355,7 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 7 * 24 * 3600}
 CELERY_BEAT_SCHEDULE = {
     "reap-stale-runs": {"task": "webapp.tasks.reap_stale_runs_task", "schedule": STUDIO_STALE_AFTER_S / 2},
     "prune-external-calls": {"task": "webapp.tasks.external_calls_prune_task", "schedule": 24 * 3600.0},
+    "prune-checkpoints": {"task": "webapp.tasks.checkpoints_prune_task", "schedule": 3600.0},
 }
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -397,6 +463,17 @@ STUDIO_ENGINE = env_str("STUDIO_ENGINE", "training.loop:train")
 # request and again by the worker before it starts the engine; "worker" only there, where the web process cannot
 # see the workers' models (docker/compose.yml); "off" not at all.
 STUDIO_MODEL_CHECK = env_choice("STUDIO_MODEL_CHECK", "launch", ("launch", "worker", "off"))
+# The managed download (webapp/execution/model_fetch.py, docs/webapp.md): a run whose base model is a Hugging Face
+# id has its worker fetch it from HF_ENDPOINT (the hub's, unset) into STUDIO_MODEL_CACHE_DIR before the engine
+# starts, whatever HF_HUB_OFFLINE says; the engine then loads it offline. Default cache: Hugging Face's own
+# (HF_HUB_CACHE, else HF_HOME/hub), so models fetched beforehand are found. HF_TOKEN: the workers' environment only.
+STUDIO_MODEL_DOWNLOAD = env_bool("STUDIO_MODEL_DOWNLOAD", True)
+STUDIO_MODEL_CACHE_DIR = Path(env_str("STUDIO_MODEL_CACHE_DIR") or env_str("HF_HUB_CACHE") or Path(
+    env_str("HF_HOME") or Path.home() / ".cache" / "huggingface") / "hub").expanduser()
+STUDIO_MODEL_HUB = (env_str("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
+if not STUDIO_MODEL_HUB.startswith(("https://", "http://")):
+    raise ImproperlyConfigured(f"HF_ENDPOINT={STUDIO_MODEL_HUB!r}: give the model hub's URL, e.g. "
+                               "https://huggingface.co")
 # The address a worker's inference servers listen on for external rollouts (an agent in the user's own code reaches
 # its run's server through the web app, which forwards to it): empty keeps the run's `server.host` (127.0.0.1, for
 # a web process on the same machine); with web and workers apart, 0.0.0.0, and the worker's host name resolvable

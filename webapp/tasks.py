@@ -12,6 +12,7 @@ from webapp.execution.executors import worker_name
 from webapp.execution.runner import runs_execute_in_order
 from webapp.execution.serving import project_server_hold
 from webapp.execution.trying import try_execute, try_judge
+from webapp.notifications.sending import notification_deliver
 from webapp.services.distillation import distillation_execute, distillations_reap_stale
 from webapp.services.external_calls import external_calls_prune
 from webapp.services.gpu_plans import worker_gpus_report_here
@@ -42,6 +43,13 @@ def reap_stale_runs_task() -> list[int]:
 @app.task(name="webapp.tasks.external_calls_prune_task", ignore_result=True)
 def external_calls_prune_task() -> int:
     return external_calls_prune()
+
+
+@app.task(name="webapp.tasks.checkpoints_prune_task", ignore_result=True)
+def checkpoints_prune_task() -> dict[int, list[int]]:
+    from webapp.services.checkpoint_retention import runs_checkpoints_prune
+
+    return runs_checkpoints_prune()
 
 
 @app.task(name="webapp.tasks.playground_rescore_task", ignore_result=True)
@@ -82,3 +90,10 @@ def mcp_server_test_task(server_id: int) -> str:
 @app.task(name="webapp.tasks.checkpoint_export_task", ignore_result=True)
 def checkpoint_export_task(export_id: int) -> str:
     return checkpoint_export_execute(export_id=export_id)
+
+
+@app.task(name="webapp.tasks.notification_deliver_task", bind=True, ignore_result=True, max_retries=None)
+def notification_deliver_task(self, delivery_id: int) -> None:
+    """One e-mail or webhook POST; retried with the service's backoff (it counts and caps the attempts)."""
+    if (delay := notification_deliver(delivery_id=delivery_id)) is not None:
+        raise self.retry(countdown=delay)

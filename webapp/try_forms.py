@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
+from django.urls import reverse
 
 from webapp.models import Checkpoint, RubricVersion, Scenario
 from webapp.services.trying import MAX_CHECKPOINTS
@@ -23,10 +24,20 @@ class TryForm(forms.Form):
     message = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}), max_length=20_000)
     context = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}), max_length=20_000,
                               help_text="Optional, sent after the message as the scenario's context is.")
+    # Whose system prompt the box was filled with: a box still holding another agent's, unedited, is not a choice.
+    prompt_agent = forms.ModelChoiceField(queryset=None, required=False,  # type: ignore[arg-type]
+                                          widget=forms.HiddenInput)
 
     def __init__(self, *args: Any, project, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fields["agent"].queryset = project.agents.all()
+        self.fields["prompt_agent"].queryset = project.agents.all()
+        # Choosing an agent swaps its system prompt into the box (and the line saying whose it is): the page's own
+        # GET with ?agent=, of which htmx keeps the box, the line and this hidden field.
+        self.fields["agent"].widget.attrs.update({
+            "hx-get": reverse("try-page", args=[project.pk]), "hx-trigger": "change", "hx-swap": "outerHTML",
+            "hx-target": "#id_system_prompt", "hx-select": "#id_system_prompt",
+            "hx-select-oob": "#prompt-source,#id_prompt_agent"})
         self.fields["checkpoints"].queryset = (Checkpoint.objects.filter(run__project=project).select_related("run")
                                                .order_by("-run__created_at", "-run_id", "step_index"))
         self.fields["checkpoints"].label_from_instance = lambda c: f"{c.run.name} · step {c.step_index} ({c.adapter_name})"
@@ -34,6 +45,14 @@ class TryForm(forms.Form):
         self.fields["scenario"].queryset = (Scenario.objects.filter(scenario_set__project=project, retired=False)
                                             .select_related("scenario_set").order_by("scenario_set__name", "id"))
         self.fields["scenario"].label_from_instance = lambda s: f"{s.scenario_set.name} · {s.external_id}"
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        agent, loaded = data.get("agent"), data.get("prompt_agent")
+        if agent is not None and loaded is not None and loaded != agent \
+                and (data.get("system_prompt") or "").strip() == (loaded.system_prompt or "").strip():
+            data["system_prompt"] = agent.system_prompt  # sent before the chosen agent's prompt reached the box
+        return data
 
 
 class TryJudgeForm(forms.Form):

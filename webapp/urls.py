@@ -5,6 +5,8 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 
 from webapp.ratelimit import LoginView
+from webapp.notifications import views as notification_views
+from webapp.views import guided_start
 from webapp.views import (
     account, catalogue, datasets, distillation, evaluation, exports, judge_check, mcp, projects, review, runs,
     scenario_generator, tokens, trying,
@@ -15,11 +17,18 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("invite/<uidb64>/<token>/", projects.InviteAcceptView.as_view(), name="invite-accept"),
     path("", projects.project_list, name="project-list"),
+    path("start/", guided_start.guided_start, name="guided-start"),
+    path("projects/<int:project_id>/start/", guided_start.guided_start, name="project-guided-start"),
     path("projects/<int:project_id>/", projects.project_detail, name="project-detail"),
     path("projects/<int:project_id>/members/", projects.project_member_add, name="project-member-add"),
+    path("projects/<int:project_id>/queue-priority/", projects.project_queue_priority, name="project-queue-priority"),
     path("projects/<int:project_id>/members/<int:user_id>/remove/", projects.project_member_remove,
          name="project-member-remove"),
     path("projects/<int:project_id>/tokens/", tokens.project_token_list, name="project-tokens"),
+    path("projects/<int:project_id>/notifications/", notification_views.project_notifications,
+         name="project-notifications"),
+    path("projects/<int:project_id>/webhooks/<int:webhook_id>/delete/", notification_views.project_webhook_delete,
+         name="project-webhook-delete"),
     path("projects/<int:project_id>/tokens/<int:token_id>/revoke/", tokens.project_token_revoke_view,
          name="project-token-revoke"),
     path("projects/<int:project_id>/agents/new/", catalogue.agent_create, name="agent-create"),

@@ -77,6 +77,10 @@ _RULES: list[tuple[re.Pattern[str], str, str]] = [(re.compile(p, re.S), what, to
      "That URL answers, but not as an MCP server (a 404 or a web page instead of MCP).",
      "Check the URL's path: a streamable-HTTP MCP server usually answers at a path ending in /mcp. Open it in a "
      "browser: a web page there means the path is wrong."),
+    (r"McpProgramNotMcp",
+     "That program is not an MCP server: it printed ordinary text where MCP messages belong.",
+     "Check the command and its arguments: they must start an MCP server over stdio, not another program. A "
+     "server that prints logs must write them to standard error; the details show the line it printed."),
     (r"McpStartTimeout",
      "The MCP server timed out: it started or was reached, but did not list its tools in time.",
      "Check that the server is up and not overloaded; a slow server may need a longer per-call timeout on its page."),

@@ -24,3 +24,20 @@
   radios.forEach((radio) => radio.addEventListener("change", apply));
   apply();
 })();
+// The reasoning choice (keep or drop Qwen3's <think> block) is shown for the agents on a reasoning model only:
+// the field lists them in data-agents (forms.py). Hidden, it goes back to "keep", which every model takes; the
+// server refuses "drop" for the others, with the reason, where this script does not run.
+(function () {
+  "use strict";
+  const choice = document.querySelector("select[data-agents]");
+  const agent = document.querySelector('select[name="agent"]');
+  if (!choice || !agent) return;
+  const row = choice.closest(".field");
+  function apply() {
+    const shown = choice.dataset.agents.split(" ").includes(agent.value);
+    if (row) row.hidden = !shown;
+    if (!shown) choice.value = "keep";
+  }
+  agent.addEventListener("change", apply);
+  apply();
+})();

@@ -105,7 +105,8 @@ def test_the_dropdown_lists_the_tiny_model_with_its_context_length_and_no_id_ent
     assert f'<option value="{TINY_MODEL}"' in html and "1024 tokens of context" in html
     assert 'name="base_model_id"' not in html
     example = page_as(attacker.user).get(reverse("agent-from-example", args=[attacker.project.id])).content.decode()
-    assert f'<option value="{TINY_MODEL}" selected' in example  # the example form starts on the tiny model
+    # the example form starts on the example's own model (its warmed-up one where offered: services/examples.py)
+    assert '<option value="" selected>the example&#x27;s own model</option>' in example
 
 
 def test_a_deployment_offering_one_model_has_it_chosen_in_the_agent_form_and_two_leave_the_choice(settings):

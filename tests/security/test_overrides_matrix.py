@@ -30,7 +30,9 @@ pytestmark = pytest.mark.django_db
 
 ALLOWED = {
     "steps": 3, "seed": 7, "checkpoint_every": 2, "max_rollout_failures": 0.25, "max_scoring_failures": 0.3,
+    "retention.keep_last": 2, "retention.keep_best": False,
     "sampling.temperature": 0.7, "sampling.top_p": 0.9, "sampling.max_tokens": 48, "sampling.ignore_eos": True,
+    "chat.reasoning": "keep",  # "drop" is refused for a model without reasoning (tests/webapp/test_launch_reasoning.py)
     "lora.r": 16, "lora.alpha": 32, "lora.dropout": 0.05, "lora.target_modules": ["q_proj", "v_proj"],
     "grpo.group_size": 6, "grpo.groups_per_step": 3, "grpo.learning_rate": 2e-5, "grpo.scale_rewards": "std_floor",
     "grpo.std_floor": 0.2, "grpo.eps_low": 0.1, "grpo.eps_high": 0.28, "grpo.beta": 0.04, "grpo.max_grad_norm": 0.5,
@@ -44,6 +46,7 @@ ALLOWED = {
     "monitors.window": 4, "monitors.max_length_growth": 3.0, "monitors.ngram": 4, "monitors.max_repeat_rate": 0.6,
     "monitors.max_empty_rate": 0.4, "monitors.min_divergence": 0.1, "monitors.max_kl": 2.0,
     "monitors.max_zero_variance": 0.8, "monitors.pause_on": ["kl", "length"],
+    "monitors.max_truncated": 0.6, "monitors.min_entropy": 0.05, "monitors.stall_steps": 2,
 }
 
 # A value for each refused key that the engine itself would take (so the refusal is the policy's, not a
@@ -57,7 +60,7 @@ REFUSED_VALUES = {
     "server.python": "/bin/sh", "server.max_lora_rank": 64, "server.startup_timeout_s": 1.0,
     "server.vllm_device": "cpu", "server.cpu_kvcache_gb": 64, "server.extra_args": ["--help"],
     "server.gpu_sharing": "none", "server.gpu_memory_utilization": 0.9, "server.gpus": None,
-    "server.tool_call_parser": "hermes", "server.max_model_len": 1 << 20, "server.max_num_seqs": 4096,
+    "server.tool_call_parser": "hermes", "chat.family": "qwen3", "server.max_model_len": 1 << 20, "server.max_num_seqs": 4096,
     "trainer.collective_timeout_s": 1.0, "trainer.require_gpu": False, "trainer.distributed": "ddp",
     "trainer.gpus": [3], "trainer.processes": 1, "output_dir": "/tmp/elsewhere", "device": "cuda:3",
     "init_checkpoint": "{victim}", "judge": {"judge_model": "openai/x", "api_base": "http://169.254.169.254/v1"},
@@ -65,6 +68,7 @@ REFUSED_VALUES = {
     # where a run reports is the site's (the launch form's "Report to" chooses among the trackers it offers)
     "trackers.wandb": {"project": "attackers", "mode": "online"},
     "trackers.mlflow": {"tracking_uri": "http://169.254.169.254/", "experiment": "x"},
+    "trackers.langfuse": {"host": "http://169.254.169.254/"},
     "trackers.run_id": "someone-elses-run", "trackers.run_url": "http://evil.example/", "trackers.flush_timeout_s": 0.0,
 }
 

@@ -70,7 +70,8 @@ def version_lines(version: DatasetVersion) -> list[dict]:
 def test_a_big_row_and_five_small_appends_store_the_big_row_once():
     client, project_id = attacker_api()
     dataset_id = new_dataset(client, project_id)
-    big = {"messages": [{"role": "user", "content": "x" * 4_900_000}, {"role": "assistant", "content": "ok"}]}
+    # Just under one conversation's byte limit (STUDIO_MAX_CONVERSATION_BYTES, 1,000,000 by default).
+    big = {"messages": [{"role": "user", "content": "x" * 990_000}, {"role": "assistant", "content": "ok"}]}
     small = [{"messages": [{"role": "user", "content": f"hi {i}"}, {"role": "assistant", "content": "hello"}]}
              for i in range(5)]
     assert api_upload(client, dataset_id, jsonl([big])).status_code == 201
@@ -80,7 +81,7 @@ def test_a_big_row_and_five_small_appends_store_the_big_row_once():
     # Six versions, six stored rows (not 1 + 2 + ... + 6 = 21), the big one's bytes stored once.
     assert DatasetVersion.objects.filter(dataset_id=dataset_id).count() == 6
     assert DatasetRow.objects.filter(version__dataset_id=dataset_id).count() == 6
-    assert 4_900_000 < stored_bytes(dataset_id) < 5_000_000
+    assert 990_000 < stored_bytes(dataset_id) < 1_090_000  # not six copies of it (about 6 MB)
     # Every version still reads its own rows, in order, through the pages' and the API's readers.
     versions = list(DatasetVersion.objects.filter(dataset_id=dataset_id).order_by("number"))
     for number, version in enumerate(versions, start=1):

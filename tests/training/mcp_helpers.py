@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from tests.ports import free_port  # noqa: F401  (re-exported to the MCP tests)
 from tests.training.scripted_policy import MODEL, scripted_client
 from training.config import SamplingConfig
 from training.environments import RolloutConfig, get_environment, parse_options
@@ -57,12 +58,6 @@ def alive(pid: int) -> bool:
     except (FileNotFoundError, IndexError):
         return False
     return state != "Z"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_http_mailbox(port: int) -> subprocess.Popen:

@@ -104,9 +104,10 @@ def test_a_tokenizer_without_a_pad_token_pads_with_eos():
     assert torch.equal(loss_mask[1], torch.zeros(3))
 
 
-def test_a_template_that_drops_past_reasoning_is_refused_with_the_reason():
+def test_an_unknown_template_that_drops_past_reasoning_is_refused_with_the_reason():
     tokenizer, generation = build("chatml")
-    # Qwen3-style: an earlier assistant turn loses its <think> block once a later user turn follows.
+    # Qwen3-style but not Qwen3's (whose training variant keeps past turns, tests/training/test_chat_families.py):
+    # an earlier assistant turn loses its <think> block once a later user turn follows.
     tokenizer.chat_template = (
         "{% for m in messages %}<|im_start|>{{ m.role }}\n"
         "{% if m.role == 'assistant' and not loop.last %}{{ m.content.split('</think>')[-1] }}"
@@ -114,5 +115,5 @@ def test_a_template_that_drops_past_reasoning_is_refused_with_the_reason():
         "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
     conversation = [CONVERSATION[0], {"role": "assistant", "content": "<think>hm</think><move>left</move>"},
                     *CONVERSATION[2:]]
-    with pytest.raises(TrainingError, match="not prefix-stable.*Qwen3"):
+    with pytest.raises(TrainingError, match="not prefix-stable.*renders past turns verbatim"):
         encode_conversation(tokenizer, conversation, end_ids=end_of_turn_ids(tokenizer, generation))

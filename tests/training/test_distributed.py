@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import os
-import socket
+from tests.ports import free_port
 from pathlib import Path
 
 import pytest
@@ -52,12 +52,6 @@ def _leave_after_a_peer_died(rank: int, port: int) -> None:
 
 def test_a_rank_gone_after_the_run_does_not_fail_the_others_ending():
     mp.spawn(_leave_after_a_peer_died, args=(free_port(),), nprocs=2)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.parametrize("mode", ["ddp", "fsdp"])

@@ -208,3 +208,29 @@ def test_a_checkpoint_is_better_than_the_base_only_when_its_whole_interval_is_ab
 
     assert verdict(0.51, 0.9) == "better" and verdict(0.5, 0.9) == "undecided" and verdict(0.3, 0.7) == "undecided"
     assert verdict(0.1, 0.49) == "worse" and verdict(None, None) is None
+
+
+class FormatOnlyEnv:
+    """The checkpoint always answers well-formed and draws; the base fouls every other answer (a loss) and draws
+    otherwise: the checkpoint beats the base on format alone."""
+
+    def __init__(self) -> None:
+        self.base_answers = 0
+
+    async def rollout(self, client, model, scenario, config) -> Trajectory:
+        if model == "base":
+            self.base_answers += 1
+        formed = model == "ckpt" or self.base_answers % 2 == 0
+        return Trajectory(scenario_id=scenario.id, env_reward=0.5 if formed else 0.0,
+                          messages=[{"role": "assistant", "content": "<move>5</move>" if formed else "?"}],
+                          metadata={"well_formed": formed})
+
+
+def test_the_evaluation_reports_the_well_formed_share_and_the_reward_among_well_formed_answers_per_side():
+    result = asyncio.run(evaluator(FormatOnlyEnv()).evaluate(5, None, model="ckpt", base_model="base"))
+    assert result["eval_win_rate"] > 0.5  # a win ...
+    assert (result["eval_well_formed_checkpoint"], result["eval_well_formed_base"]) == (1.0, 0.5)
+    # ... from the format alone: among well-formed answers both sides score the same
+    assert result["eval_env_well_formed_checkpoint"] == result["eval_env_well_formed_base"] == 0.5
+    plain = asyncio.run(evaluator(ScriptedEnv()).evaluate(5, None, model="ckpt", base_model="base"))
+    assert plain["eval_well_formed_checkpoint"] is None  # an environment that does not say

@@ -91,7 +91,8 @@ def test_a_near_tie_stays_a_small_advantage_under_the_default_config():
     from training.groups import apply_scores
     from training.types import Scenario, Trajectory, TrajectoryGroup
 
-    group = TrajectoryGroup(Scenario("s", "hi"), [Trajectory("s", []), Trajectory("s", [])])
+    answer = [{"role": "assistant", "content": "an answer"}]
+    group = TrajectoryGroup(Scenario("s", "hi"), [Trajectory("s", list(answer)), Trajectory("s", list(answer))])
     for t, r in zip(group.trajectories, [0.80, 0.81]):
         t.reward = r
     apply_scores(group, GRPOConfig())

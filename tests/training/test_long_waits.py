@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from tests.training.test_distributed import free_port
+from tests.ports import free_port
 
 TIMEOUT_S = 4.0  # the collective timeout of these runs
 PAUSE_S = 3 * TIMEOUT_S + 1

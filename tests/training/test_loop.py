@@ -16,7 +16,7 @@ from training.demo import demo_config
 from training.environments import register
 from training.environments.game_2048 import Game2048Environment
 from training.errors import TrainingError
-from training.events import GroupRolledOut, GroupScored, JudgeUsage, RunFailed, StepFinished, TrainStep
+from training.events import GroupRolledOut, GroupScored, JudgeUsage, RunFailed, RunHeld, StepFinished, TrainStep
 from training.groups import covered_seconds
 from training.grpo import group_advantages
 from training.loop import run
@@ -321,6 +321,8 @@ def test_pause_holds_the_loop_until_resumed(tiny_model_dir, tmp_path):
     paused = next(i for i, e in enumerate(events) if isinstance(e, StepFinished) and e.step == 1)
     step_2 = [i for i, e in enumerate(events) if getattr(e, "step", None) == 2]
     assert paused < events.index("resumed") < min(step_2)  # nothing of step 2 happened until the resume
+    held = [i for i, e in enumerate(events) if isinstance(e, RunHeld)]  # the engine said where it holds, once
+    assert [(events[i].step, events[i].trained) for i in held] == [(1, True)] and paused < held[0] < events.index("resumed")
 
 
 def _cli(*args, **kwargs):

@@ -8,13 +8,15 @@ import asyncio
 import re
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from tests.training.mcp_helpers import FAULT_SERVER
 from training.environments.mcp_session import (
-    HttpServer, McpNotMcp, McpServerDidNotStart, McpServerExited, McpStartTimeout, StdioServer, open_session,
+    HttpServer, McpNotMcp, McpProgramNotMcp, McpServerDidNotStart, McpServerExited, McpStartTimeout, StdioServer,
+    open_session,
 )
 
 
@@ -88,3 +90,13 @@ def test_a_url_that_wants_credentials_is_named_so():
 def test_a_server_that_never_answers_is_named_timed_out():
     with pytest.raises(McpStartTimeout, match="timed out: no handshake and tool listing within 3 s"):
         start(StdioServer(transport="stdio", command=sys.executable, args=[FAULT_SERVER, "silent"]), timeout_s=3)
+
+
+@pytest.mark.parametrize("then", ["import time; time.sleep(60)", "pass"], ids=["keeps running", "exits"])
+def test_a_program_that_prints_plain_text_is_named_not_an_mcp_server_at_once_not_timed_out(then):
+    program = f"print('Serving the web app on port 8000', flush=True); {then}"
+    started = time.monotonic()
+    with pytest.raises(McpProgramNotMcp, match=re.escape(
+            "is not an MCP server: it wrote 'Serving the web app on port 8000' to its standard output")):
+        start(StdioServer(transport="stdio", command=sys.executable, args=["-c", program]), timeout_s=20)
+    assert time.monotonic() - started < 10  # named when the line came, not when the startup timeout ran out

@@ -302,3 +302,28 @@ def test_a_tool_call_round_trip_renders_the_tools_the_call_and_its_result_into_t
     for call in choice.message.tool_calls or []:  # a call the model makes comes back parsed
         assert call.function.name == "search_inbox"
         assert isinstance(json.loads(call.function.arguments), dict)
+
+
+def test_a_streamed_answer_comes_token_by_token_and_adds_up_to_the_same_answer_unstreamed(
+        server: InferenceServer, client: openai.OpenAI) -> None:
+    # Try it streams its columns through this (webapp/execution/try_child.py); vLLM's chunk format.
+    asked = dict(model="base", messages=MESSAGES, temperature=0, max_tokens=12)
+    if isinstance(server, InProcessServer):  # no HTTP, so nothing to stream over: refused, never answered whole
+        with pytest.raises(openai.BadRequestError):
+            client.chat.completions.create(**asked, stream=True)
+        return
+    whole = client.chat.completions.create(**asked, logprobs=True, extra_body={"return_token_ids": True})
+    chunks = list(client.chat.completions.create(**asked, stream=True, stream_options={"include_usage": True},
+                                                 logprobs=True, extra_body={"return_token_ids": True}))
+    assert {c.object for c in chunks} == {"chat.completion.chunk"} and {c.model for c in chunks} == {"base"}
+    assert chunks[0].choices[0].delta.role == "assistant"
+    texts = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    assert len(texts) > 1  # more than one piece: token by token, not the answer in one chunk
+    assert "".join(texts) == whole.choices[0].message.content
+    ends = [i for i, c in enumerate(chunks) if c.choices and c.choices[0].finish_reason]
+    assert len(ends) == 1 and chunks[ends[0]].choices[0].finish_reason == whole.choices[0].finish_reason
+    last_text = max(i for i, c in enumerate(chunks) if c.choices and c.choices[0].delta.content)
+    assert last_text <= ends[0]
+    streamed_ids = [t for c in chunks if c.choices for t in (c.choices[0].model_extra or {}).get("token_ids") or []]
+    assert streamed_ids == token_ids(whole.choices[0])
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == whole.usage.completion_tokens

@@ -117,3 +117,11 @@ def test_the_demo_system_prompt_is_context_not_trained(trainer):
     row = trainer.encode(conversations(1)[0], 0)
     text = trainer.tokenizer.decode([t for t, m in zip(row.input_ids, row.mask) if m])
     assert DEMO_SYSTEM_PROMPT not in text and "<move>" in text
+
+
+def test_a_conversation_longer_than_the_models_context_is_refused_without_advice_that_cannot_help():
+    with pytest.raises(TrainingError, match=r"conversation 2 \(1486 tokens\); no setting can train them") as refused:
+        check_lengths(fake_rows([10, 1486, 20]), micro_batch_tokens=2048, context=1024,
+                      describe=lambda s: f"conversation {s + 1}")
+    assert "longer than the model's context of 1024 tokens" in str(refused.value)
+    assert "micro_batch_tokens" not in str(refused.value)

@@ -65,3 +65,28 @@ def test_a_scenario_without_a_seed_is_refused_with_how_to_make_one():
     config = RolloutConfig("", SamplingConfig(max_tokens=8), parse_options(env, {}))
     with pytest.raises(TrainingError, match="no puzzle seed"):
         asyncio.run(env.rollout(scripted_client(["1. x"]), MODEL, Scenario(id="s", user_message="?"), config))
+
+
+@pytest.mark.parametrize("given", ["at the library", "In the Library.", "**library**", "the library", "`library`",
+                                   "He was in the library"])
+def test_a_place_is_right_however_a_person_would_write_it(given):
+    assert puzzles.score_answers(f"1. {given}", ["library"])[1] == [True]
+
+
+@pytest.mark.parametrize("given, answer", [("at 9 p.m.", "9 pm"), ("9pm", "9 pm"), ("9:00 PM", "9 pm"),
+                                           ("12 am", "midnight"), ("had the rope", "rope"), ("At midnight.", "midnight")])
+def test_times_and_objects_are_read_as_a_person_reads_them(given, answer):
+    assert puzzles.score_answers(f"1. {given}", [answer])[1] == [True]
+
+
+@pytest.mark.parametrize("given", ["not the library", "the library or the kitchen", "kitchen", "library room",
+                                   "10 pm", "19 pm", ""])
+def test_a_wrong_or_hedged_answer_is_still_wrong(given):
+    assert puzzles.score_answers(f"1. {given}", ["library" if "pm" not in given else "9 pm"])[1] == [False]
+
+
+def test_a_reply_is_well_formed_when_every_question_has_an_answer_line_right_or_wrong():
+    assert puzzles.well_formed("1. kitchen\n2. the rope\n3. 9 pm", 3)
+    assert puzzles.well_formed("Thinking...\n1. cellar\n2. candlestick\n3. 1 am", 3)  # all wrong, still in form
+    assert not puzzles.well_formed("1. kitchen\n2. rope", 3) and not puzzles.well_formed("1. kitchen\n2. \n3. x", 3)
+    assert not puzzles.well_formed("kitchen, rope, 9 pm", 3)

@@ -139,3 +139,14 @@ def test_self_play_forms_one_group_per_role_with_the_sides_of_an_episode_linked(
     assert [t.env_reward for t in groups[0].trajectories] == [1.0] * 3
     assert sorted(t.episode for t in groups[0].trajectories) == sorted(t.episode for t in groups[1].trajectories)
     assert len({t.episode for t in groups[0].trajectories}) == 3
+
+
+def test_a_game_says_whether_each_side_played_well_formed_moves_format_apart_from_skill():
+    (x, o), _ = play(["<move>5</move>", "<move>5</move>"], opponent="self")  # O plays the taken cell
+    assert (x.metadata["well_formed"], o.metadata["well_formed"]) == (True, False)
+    lost, _ = play(["no move"])  # against the random player
+    assert lost.metadata["well_formed"] is False and lost.env_reward == 0.0
+    illegal, _ = play(["<move>1</move>"], board="X.......O")  # cell 1 is taken
+    assert illegal.metadata["well_formed"] is False
+    won, _ = play(["<move>5</move>", "nonsense"], opponent="model", opponent_model=MODEL)  # the rival fouled
+    assert won.metadata["well_formed"] is True and won.env_reward == 1.0

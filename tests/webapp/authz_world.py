@@ -20,6 +20,7 @@ from tests.webapp.factories import (
 from webapp.live.ingest import run_event_ingest
 from webapp.models import (Checkpoint, Distillation, DistillationDraft, ModelExport, Rescore, Role, RunStatus,
                            Scenario, Trajectory, TrySession)
+from webapp.notifications.services import webhook_create
 from webapp.services.project_tokens import project_token_create
 
 # Lowest first. "admin" is the project's owner; "other_admin" owns another project; "anonymous" is logged out.
@@ -102,12 +103,14 @@ def build_world(tmp_path: Path, judge_api_base: str | None = None) -> World:
         answers=[answered, answered])
     export = ModelExport.objects.create(checkpoint=checkpoint, status="failed", error="world")
     mcp_server = mcp_server_factory(project=project, url=f"http://127.0.0.1:{_closed_port()}/mcp")
+    webhook, _ = webhook_create(user=project.owner, project=project, url=f"http://127.0.0.1:{_closed_port()}/hook",
+                                fmt="json", events=["failed"])
     ids = {"project_id": project.id, "token_id": token.id, "server_id": mcp_server.id, "agent_id": agent.id,
            "scenario_set_id": scenario_set.id, "dataset_id": dataset.id, "version_id": dataset.latest_version.id,
            "distillation_id": distillation.id, "draft_id": draft.id,
            "rubric_id": rubric.id, "judge_id": judge.id, "run_id": run.id, "group_id": trajectory.group_id,
            "trajectory_id": trajectory.id, "checkpoint_id": checkpoint.id, "rescore_id": rescore.id,
-           "session_id": try_session.id, "export_id": export.id,
+           "session_id": try_session.id, "export_id": export.id, "webhook_id": webhook.id,
            "scenario_id": "s1", "scenario_pk": scenario.id, "action": "pause", "user_id": users["viewer"].id,
            # an invite link for a real account whose token is wrong (or spent): the "link invalid" page
            "uidb64": urlsafe_base64_encode(force_bytes(users["viewer"].pk)), "token": "spent-token"}

@@ -14,6 +14,7 @@ from django.conf import settings
 
 from studio.key_policy import parse_key_policy
 from tests.judge_double import judge_double  # noqa: F401  (fixture)
+from tests.ports import wait_for  # noqa: F401  (the one readiness wait, imported from here by many tests)
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTED_ENGINE = "tests.webapp.scripted_engine:train"
@@ -92,19 +93,6 @@ def start_celery_worker(transactional_db):
             os.killpg(proc.pid, signal.SIGKILL)  # whatever the worker left behind (pool child, engine)
         except ProcessLookupError:
             pass
-
-
-def wait_for(predicate, timeout: float = 60.0, interval: float = 0.1, message: str = "condition", explain=None):
-    """`explain`, when given, is called on a timeout: what it returns (the state of the thing waited for) is
-    added to the error, so a failure on CI says why, not only what."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {message}"
-                         + (f"\n{explain()}" if explain else ""))
 
 
 def run_story(run) -> str:

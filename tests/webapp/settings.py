@@ -56,6 +56,9 @@ os.environ.setdefault("STUDIO_MODEL_CHECK", "off")
 # The tests' deployment trains on the CPU (also where a GPU is visible): runs take it from here, not from a
 # launch's overrides (webapp/run_policy.py). Worker processes the tests start inherit it.
 os.environ.setdefault("STUDIO_RUN_WORKER_CONFIG", '{"device": "cpu"}')
+# Runs keep every checkpoint unless a test chooses a policy (tests/webapp/test_checkpoint_retention.py): many
+# tests fork, serve or load an earlier step of a finished run.
+os.environ.setdefault("STUDIO_CHECKPOINT_KEEP_LAST", "0")
 
 # The tests' deployment lists the tiny model the tests build (tests/built_models.py) as `test-tiny`, beside the
 # shipped entries: agents name it, and the processes the tests start (daphne, Celery) read the same list.

@@ -35,8 +35,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 # here (it generates the same requests while the schema and this file's settings stay the same; an answer that
 # depends on what earlier seeds stored may differ, so first replay it with the printed command), or, better where
 # the printed request shows the cause, a regular test of that operation in its own test file (which outlives
-# schema changes).
-FIXED_SEEDS = [1234, 20261207]
+# schema changes). One seed: a second one (20261207, green when it was dropped) cost `make test` 80 s of its 20
+# minutes; more seeds are `make fuzz`'s work.
+FIXED_SEEDS = [1234]
 SEEDS_VARIABLE = "STUDIO_SCHEMATHESIS_SEEDS"
 
 
@@ -53,8 +54,8 @@ def seeds_from(raw: str | None) -> list[int]:
 
 
 SEEDS = seeds_from(os.environ.get(SEEDS_VARIABLE))
-# Per operation and seed: with the two fixed seeds about the examples one seed of five gave, in about its minutes
-# (the edge values, run once, take half). A fresh seed replays only with the same count.
+# Per operation and seed (the edge values, run once, take about half the time). A fresh seed replays only with the
+# same count.
 MAX_EXAMPLES = 3
 CONFIG = Path(__file__).with_name("schemathesis.toml")
 
@@ -88,7 +89,7 @@ def _schemathesis(base: str, token: str, report: Path, seed: int, *extra: str) -
                           env={**os.environ, "NO_COLOR": "1", "SCHEMATHESIS_HOOKS": ""})
 
 
-# About three minutes for the two fixed seeds on an idle machine; room for a loaded one.
+# About two minutes for the fixed seed on an idle machine; room for a loaded one.
 @pytest.mark.timeout(900 + 300 * len(SEEDS))
 def test_schemathesis_finds_no_response_that_contradicts_the_schema_on_any_operation(api_server, tmp_path):
     world = build_world(tmp_path)

@@ -47,10 +47,15 @@ EXPECTED: dict[str, Entry] = {
     # pages
     "project-list": page(get=("any", 200), post=("any", 400)),
     "project-detail": page(get=(V, 200)),
+    "guided-start": page(get=("any", 200), post=("any", 400)),  # makes a project of the user's own
+    "project-guided-start": page(get=(E, 200), post=(E, 400)),
     "project-member-add": page(post=(E, 400)),  # re-rendered with the form's errors beside it
     "project-member-remove": page(post=(E, 302)),
+    "project-queue-priority": page(post=("owner", 302)),  # the owner's alone; a bad value is a message
     "project-tokens": page(get=(V, 200), post=(E, 400)),  # members see the list; an empty name is refused
     "project-token-revoke": page(post=(E, 302)),
+    "project-notifications": page(get=(V, 200), post=(V, 400)),  # an empty POST names no action
+    "project-webhook-delete": page(post=(E, 302)),
     "agent-create": page(get=(E, 200), post=(E, 400)),
     "agent-from-example": page(get=(E, 200), post=(E, 400)),
     "agent-edit": page(get=(E, 200), post=(E, 400)),
@@ -252,6 +257,8 @@ def expected_status(entry: Entry, name: str, role: str, method: str) -> int:
         return ok
     if role == "other_admin":
         return 404
+    if least == "owner":  # the project's owner ("admin") only, not its other editors
+        return ok if role == "admin" else 403
     return ok if MEMBER_RANK[role] >= MEMBER_RANK[least] else 403
 
 

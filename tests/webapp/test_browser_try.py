@@ -9,7 +9,9 @@ import openai
 import pytest
 
 from tests.judge_double import JudgeDouble, marker_or_brevity
-from tests.webapp.factories import judge_factory, project_factory, rubric_factory, scenario_set_factory
+from tests.webapp.factories import (
+    agent_factory, judge_factory, project_factory, rubric_factory, scenario_set_factory,
+)
 from tests.webapp.serving_world import completed_run, lora_adapters, served_app  # noqa: F401  (fixtures)
 from tests.webapp.test_browser import ARGS, CHROMIUM, SHOTS, log_in
 from webapp.models import Scenario
@@ -28,6 +30,9 @@ def test_try_it_side_by_side_judged_saved_then_served_to_an_openai_client(served
     project = project_factory(name="Try project")
     run = completed_run(project=project, model_dir=tiny_model_dir, adapters=lora_adapters[:2], max_tokens=24,
                         name="demo")
+    agent_factory(project=project, name="other agent", base_model=str(tiny_model_dir),
+                  system_prompt="Answer as a pirate.")
+    first_agent = run.agent  # read here: no database call inside the Playwright block
     rubric_factory(project=project, text="Prefer short answers.")
     scenario_set = scenario_set_factory(project=project, scenarios=0, name="kept questions")
     judge = JudgeDouble(responder=JudgeDouble.score_by(marker_or_brevity)).__enter__()
@@ -40,12 +45,21 @@ def test_try_it_side_by_side_judged_saved_then_served_to_an_openai_client(served
             log_in(page, served_app, project.owner.username)
             page.click("text=Try project")
             page.click("#try-link")
+            # Choosing an agent loads its system prompt into the box and says whose it is (issue 48).
+            page.select_option("#id_agent", label="other agent")
+            expect(page.locator("#id_system_prompt")).to_have_value("Answer as a pirate.")
+            expect(page.locator("#prompt-source")).to_contain_text("other agent")
+            page.select_option("#id_agent", label=str(first_agent))
+            expect(page.locator("#id_system_prompt")).to_have_value(first_agent.system_prompt)
+            expect(page.locator("#prompt-source")).to_contain_text(first_agent.name)
             page.select_option("#id_checkpoints", label=["demo · step 1 (demo@1)", "demo · step 2 (demo@2)"])
             page.fill("#id_message", "What is the refund policy? <b>bold</b>")
             page.click("#ask")
             expect(page.locator("#try-status")).to_have_text("Done", timeout=180_000)
             expect(page.locator(".try-column")).to_have_count(3)
             expect(page.locator(".try-label")).to_have_text(["base", "demo@1", "demo@2"])
+            expect(page.locator(".try-source")).to_have_text([
+                "base model, no checkpoint", "checkpoint of run demo, step 1", "checkpoint of run demo, step 2"])
             expect(page.locator(".try-column[data-status=done]")).to_have_count(3)
             expect(page.locator("#try-server")).to_contain_text("the inference server started for this session in")
             expect(page.locator("#try-first-answer")).to_contain_text("first answer")

@@ -1,10 +1,12 @@
 """docker/compose.yml as Compose itself reads it (`config`, no engine needed): the GPU profile reserves real
-devices and pins each worker, checkpoints sit on one volume for all, and Redis keeps its queue on disk."""
+devices and pins each worker, checkpoints sit on one volume for all, Redis keeps its queue on disk, and every service has a health check that
+what depends on it waits for."""
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 import yaml
@@ -75,3 +77,41 @@ def test_every_queue_the_app_sends_to_has_a_worker_in_each_profile(profile):
     # the project servers listen where the web and judge containers reach them, by the worker's hostname
     assert serve["environment"]["STUDIO_ENGINE_HOST"] == "0.0.0.0" and serve.get("hostname")
     assert serve["environment"]["STUDIO_SERVE_SERVER"] == ("vllm" if profile == "gpu" else "local")
+
+
+def _words(command) -> list[str]:
+    return command.split() if isinstance(command, str) else list(command or [])
+
+
+@pytest.mark.parametrize("profile", ["cpu", "gpu"])
+def test_every_service_has_a_health_check_and_starts_after_what_it_needs_is_healthy(profile):
+    config = _config(profile)
+    services = {name: service for name, service in config["services"].items()
+                if profile in service.get("profiles", [profile])}
+    for name, service in services.items():
+        test = " ".join(_words(service.get("healthcheck", {}).get("test"))).replace("$$", "$")
+        assert test and test != "NONE", f"{name} has no health check"
+        for other, how in service.get("depends_on", {}).items():
+            assert how["condition"] == "service_healthy", f"{name} starts before {other} is healthy"
+        words = _words(service.get("command"))
+        if "worker" in words:  # a worker answers a ping by the node name it starts with
+            node = words[words.index("-n") + 1]
+            assert f"inspect ping -d {node.replace('%h', '$HOSTNAME')} " in test, (name, test)
+    assert "/readyz" in " ".join(_words(services["web"]["healthcheck"]["test"]))
+    assert services["web"]["depends_on"].keys() == {"db", "redis"}
+    assert "webapp.operations.probe beat" in " ".join(_words(services["beat"]["healthcheck"]["test"]))
+    # make compose-check runs the same rules over the resolved file
+    resolved = subprocess.run([sys.executable, "docker/compose_health.py", profile], cwd=ROOT, capture_output=True,
+                              text=True, input=yaml.safe_dump(config), timeout=60)
+    assert resolved.returncode == 0, resolved.stderr
+
+
+def test_compose_check_names_a_service_without_a_health_check_or_that_starts_too_early():
+    config = {"services": {"db": {"image": "postgres:16"},
+                           "web": {"healthcheck": {"test": ["CMD", "true"]},
+                                   "depends_on": {"db": {"condition": "service_started"}}}}}
+    result = subprocess.run([sys.executable, "docker/compose_health.py", "cpu"], cwd=ROOT, capture_output=True,
+                            text=True, input=yaml.safe_dump(config), timeout=60)
+    assert result.returncode == 1
+    assert "db: no health check" in result.stderr
+    assert "web: starts before db is healthy" in result.stderr

@@ -52,3 +52,53 @@ def test_a_viewer_or_an_outsider_cannot_create_an_example_agent_in_someone_elses
     client.force_login(outsider)
     assert client.post(reverse("agent-from-example", args=[project.id]), data).status_code == 404
     assert not Agent.objects.filter(project=project).exists()
+
+
+def test_an_example_agent_gets_its_warmed_up_model_where_the_deployment_offers_it(client, settings):
+    from tests.webapp.factories import catalogue_model
+    from training.examples import GAMES_MODEL
+
+    project = project_factory()
+    client.force_login(project.owner)
+    url = reverse("agent-from-example", args=[project.id])
+    form = client.get(url).content.decode()
+    assert '<option value="" selected>the example&#x27;s own model</option>' in form
+    # This deployment offers two models and not the example's: a person must choose, and is told why.
+    refused = client.post(url, {"example": "tictactoe-random", "base_model": "", "scenarios": 3, "held_out": 1})
+    assert refused.status_code == 400 and "warmed-up model" in refused.content.decode()
+    catalogue_model(settings, "/models/tiny-games", name=GAMES_MODEL)  # an administrator lists it
+    assert client.post(url, {"example": "tictactoe-random", "base_model": "", "scenarios": 3,
+                             "held_out": 1}).status_code == 302
+    assert Agent.objects.get(project=project).base_model == GAMES_MODEL
+    # A model the person chose is kept.
+    client.post(url, {"example": "temporal_clue", "base_model": "tiny-2048", "scenarios": 3, "held_out": 1})
+    assert Agent.objects.get(project=project, environment_kind="temporal_clue").base_model == "tiny-2048"
+
+
+def test_an_example_always_holds_scenarios_out_for_the_evaluation(client):
+    project = project_factory()
+    client.force_login(project.owner)
+    none_held = client.post(reverse("agent-from-example", args=[project.id]),
+                            {"example": "temporal_clue", "base_model": "tiny-2048", "scenarios": 3, "held_out": 0})
+    assert none_held.status_code == 400 and not Agent.objects.filter(project=project).exists()
+
+
+def test_after_creating_an_example_agent_the_launch_form_has_it_and_no_judge_or_rubric_chosen(client):
+    from tests.webapp.factories import agent_factory, judge_factory, rubric_factory
+
+    project = project_factory()
+    rubric, judge = rubric_factory(project=project), judge_factory(project=project)  # the project's only ones
+    client.force_login(project.owner)
+    created = client.post(reverse("agent-from-example", args=[project.id]),
+                          {"example": "codenames", "base_model": "tiny-2048", "scenarios": 3, "held_out": 1})
+    agent = Agent.objects.get(project=project)
+    scenario_set = ScenarioSet.objects.get(project=project)
+    assert created.url == f"{reverse('run-launch', args=[project.id])}?agent={agent.id}&scenario_set={scenario_set.id}"
+    launch = client.get(created.url).content.decode()
+    assert f'<option value="{agent.id}" selected>' in launch
+    assert f'<option value="{scenario_set.id}" selected>' in launch
+    assert f'<option value="{rubric.id}" selected>' not in launch and f'<option value="{judge.id}" selected>' not in launch
+    # An agent that needs a judge (chat) still gets the project's only rubric and judge chosen.
+    chat = agent_factory(project=project, environment_kind="chat")
+    page = client.get(f"{reverse('run-launch', args=[project.id])}?agent={chat.id}").content.decode()
+    assert f'<option value="{rubric.id}" selected>' in page and f'<option value="{judge.id}" selected>' in page

@@ -82,6 +82,7 @@ def test_max_tokens_beyond_the_models_context_is_refused_and_within_it_launches(
 
 def test_the_api_answers_an_uncached_hub_id_with_400_and_the_message(model_check, tmp_path, monkeypatch, settings):
     settings.STUDIO_HF_MODELS = ["someorg/*"]  # allowed by the deployment, but not in this machine's cache
+    settings.STUDIO_MODEL_DOWNLOAD = False  # nor fetched by the workers (tests/webapp/test_model_download.py)
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hub"))
     project = project_factory()
     api = APIClient()

@@ -1,6 +1,7 @@
-"""The launch page shows the memory plan against the GPUs the workers reported, and a run that cannot fit them is
-refused with the plan's numbers in words (docs/gpu.md). No GPU here: the workers' reports are recorded as a
-worker records them, and the embedded server's own reading finds no nvidia-smi."""
+"""The launch page shows the memory plan against the GPUs the workers reported (gradient checkpointing's `auto`
+choice and why included), and a run that cannot fit them, or that puts vLLM beside the trainer with
+`gpu_sharing: none`, is refused with the plan's numbers in words (docs/gpu.md). No GPU here: the workers' reports
+are recorded as a worker records them, and the embedded server's own reading finds no nvidia-smi."""
 from __future__ import annotations
 
 import pytest
@@ -94,3 +95,23 @@ def test_the_run_page_names_the_sharing_the_engine_chose(client):
     assert "GPU 0 (40.0 GiB): needs 39.0 GiB at most" in header and "&lt;b&gt;x&lt;/b&gt;" in header
     run.refresh_from_db()
     assert run.phase == "GPU sharing: sleep"
+
+
+@override_settings(**GPU_WORKERS)
+def test_the_launch_page_says_checkpointing_stays_off_when_the_plan_fits_without_it(editor):
+    worker_gpus_report(worker="celery@gpu-1", gpus=[GpuMemory(0, "Test GPU", 79 * GiB, 80 * GiB)])
+    html = editor.get(reverse("run-launch", args=[editor.project.id])).content.decode()
+    assert "Gradient checkpointing: off (auto: the plan fits without it)" in html
+    assert "terms: measured: activations by the probe of this architecture" in html
+
+
+@override_settings(STUDIO_EXECUTOR="celery", STUDIO_MODEL_CHECK="launch",
+                   STUDIO_RUN_WORKER_CONFIG={"device": "cuda", "server": {"kind": "vllm", "gpu_sharing": "none"}})
+def test_gpu_sharing_none_on_a_one_gpu_worker_is_refused_at_launch_naming_the_plan(editor):
+    worker_gpus_report(worker="celery@gpu-1", gpus=[GpuMemory(0, "Test GPU", 79 * GiB, 80 * GiB)])
+    response = editor.post(reverse("run-launch", args=[editor.project.id]), _form(editor))
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert "server.gpu_sharing &#x27;none&#x27; puts vLLM and the trainer on the same GPU 0 without a plan" in html
+    assert "The plan would share it as &#x27;split&#x27;" in html
+    assert Run.objects.count() == 0

@@ -63,11 +63,26 @@ def test_a_step_a_checkpoint_and_the_end_of_a_run_update_the_run_row():
     assert list(run.events.values_list("seq", flat=True)) == [1, 2, 3, 4, 5]
 
 
-@pytest.mark.parametrize("status", [RunStatus.RUNNING, RunStatus.PAUSED])
-def test_a_gated_step_waits_for_review_even_when_the_run_was_paused_during_scoring(status):
-    run = run_factory(status=status, review_gate=True)
+def test_a_gated_step_waits_for_review_when_its_scoring_ends():
+    run = run_factory(status=RunStatus.RUNNING, review_gate=True)
     _ingest(run, _group(1, 0, [0.1, 0.3]))
     _ingest(run, ReviewRequested(step=1))
+    run.refresh_from_db()
+    assert run.status == RunStatus.AWAITING_REVIEW and run.phase == "step 1: waiting for review"
+
+
+def test_a_gated_step_waits_for_review_even_when_the_run_was_paused_during_scoring_and_the_pause_is_kept():
+    from webapp.execution.runner import _review_released
+    from webapp.services.runs import run_pause, run_resume
+
+    run = run_factory(status=RunStatus.RUNNING, review_gate=True)
+    run_pause(user=run.project.owner, run=run)
+    _ingest(run, _group(1, 0, [0.1, 0.3]))
+    _ingest(run, ReviewRequested(step=1))
+    run.refresh_from_db()
+    assert run.status == RunStatus.PAUSED and run.phase == "paused before step 1's review: Resume opens it"
+    assert not _review_released(run.id, 1)  # the engine gets no rewards: the step never trains unreviewed
+    run_resume(user=run.project.owner, run=run)
     run.refresh_from_db()
     assert run.status == RunStatus.AWAITING_REVIEW and run.phase == "step 1: waiting for review"
 

@@ -39,7 +39,9 @@ def test_a_pending_override_is_carried_to_the_redone_trajectory_that_gives_the_s
     carried = again[2]
     carried.refresh_from_db()
     assert carried.override_score == 0.95 and carried.effective_reward == 0.95
-    assert trajectory_reward(trajectory=carried)["note"] == "not trained yet: the step will train on 0.950"
+    assert trajectory_reward(trajectory=carried)["note"] == (  # paused with its engine: a park would redo it
+        "not trained yet: step 2 trains on 0.950 if resumed before a queued run parks this run; after a park, "
+        "Resume rolls it out again")
 
     rows = _api(run.project.owner).get(f"/api/runs/{run.id}/overrides/").json()["results"]
     assert not [r for r in rows if r["trajectory"] is None and r["group"] is None and r["applies_to_training"]]
@@ -53,7 +55,7 @@ def test_a_pending_override_is_carried_to_the_redone_trajectory_that_gives_the_s
     _login(client, run.project.owner)
     audit = client.get(f"/runs/{run.id}/review/").content.decode().split('id="audit"')[1].split("</table>")[0]
     assert "carried to step 2&#x27;s redo" in audit and "changed the step&#x27;s rewards" not in audit
-    assert "pending: the step has not trained yet and will train on it" in audit  # the carried row
+    assert "pending: trains if the run is resumed before a queued run parks it" in audit  # the carried row
     page = client.get(f"/groups/{carried.group_id}/").content.decode()
     assert 'id="redo-overrides"' in page and "carried from the earlier rollout" in page
     assert client.get(f"/groups/{old_group_id}/").status_code == 404

@@ -16,7 +16,7 @@ from webapp.models import Rescore, Run, RunStatus
 pytestmark = pytest.mark.django_db
 
 
-@pytest.mark.parametrize("action, status, shown", [("pause", RunStatus.RUNNING, "Paused"),
+@pytest.mark.parametrize("action, status, shown", [("pause", RunStatus.RUNNING, "Pausing"),
                                                    ("resume", RunStatus.PAUSED, "Running"),
                                                    ("cancel", RunStatus.RUNNING, "Running")])
 def test_an_htmx_click_on_pause_resume_or_cancel_gets_the_new_header_back(client, action, status, shown):

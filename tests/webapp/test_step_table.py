@@ -14,7 +14,7 @@ pytestmark = pytest.mark.django_db
 def _cells(html: str, index: int) -> list[str]:
     row = re.search(rf'<tr id="step-{index}">(.*?)</tr>', html, re.S)
     assert row, f"no row for step {index}"
-    return [c.strip() for c in re.findall(r"<td>(.*?)</td>", row.group(1), re.S)]
+    return [c.strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", row.group(1), re.S)]
 
 
 def test_the_step_table_shows_each_steps_staleness_and_importance_weight(client):

@@ -151,6 +151,9 @@ def test_an_engine_sentence_loses_only_its_class_name_and_an_unknown_trace_is_fo
      "answers, but not as an MCP server", "path ending in /mcp"),
     ("McpStartTimeout: the MCP server 'python' timed out: no handshake and tool listing within 20 s",
      "timed out", "longer per-call timeout"),
+    ("McpProgramNotMcp: the program 'python' is not an MCP server: it wrote 'Serving on port 8000' to its standard "
+     "output, where an MCP server writes only JSON-RPC messages",
+     "is not an MCP server", "must start an MCP server over stdio"),
     ("McpServerDidNotStart: the MCP server 'http://h/mcp' refused the request: it answered 401 Unauthorized",
      "wants credentials", "Enter the header it expects"),
     ("McpServerDidNotStart: the MCP server 'http://127.0.0.1:9/mcp' did not start: ConnectError: refused",

@@ -1,9 +1,8 @@
 """The tests' one world (DESIGN §7): the app served by daphne on the test database, shared by the tests that can
 share it, and the one free-port helper and one readiness wait every test that starts a server uses.
 
-- `free_port()`: a loopback port nobody listens on, for a server that must be told its port (redis-server).
-- `wait_listening(port, proc=..., log=...)`: returns once that process itself listens on the port (port 0: on
-  any port, which it returns); fails at once, with the log's tail, when the process has exited.
+- `free_port()`, `wait_listening(...)`, `wait_for(...)`: tests/ports.py's (the one free-port helper and readiness
+  wait, free of Django so tests/training uses them too), re-exported here.
 - `start_daphne(env, log)` / `stop_daphne(served)`: the web process as docs/webapp.md deploys it, in its own
   process group (so a stop takes the engine children and project servers it started with it).
 - `app_server` / `scripted_app_server` (fixtures, defined in tests/conftest.py so that tests/webapp and
@@ -20,7 +19,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -28,6 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import psutil
+
+from tests.ports import free_port, listening, listening_ports, wait_for, wait_listening  # noqa: F401  (re-exported)
 
 if TYPE_CHECKING:
     import pytest
@@ -41,47 +41,6 @@ APP_ENV = {"REDIS_URL": "", "STUDIO_EXECUTOR": "inprocess", "STUDIO_SERVE_IDLE_S
            "STUDIO_API_PER_MINUTE": "100000", "STUDIO_API_ANON_PER_MINUTE": "100000"}
 SCRIPTED_ENGINE = "tests.webapp.scripted_engine:train"
 PER_TEST_VARIABLES = {"PYTEST_CURRENT_TEST"}  # pytest's own, different in every test and unread by the app
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def listening(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def listening_ports(proc: subprocess.Popen) -> set[int]:
-    """The TCP ports `proc` itself listens on (not whoever else holds a port: another worker's server)."""
-    try:
-        connections = psutil.Process(proc.pid).net_connections(kind="tcp")
-    except psutil.NoSuchProcess:
-        return set()
-    return {c.laddr.port for c in connections if c.status == psutil.CONN_LISTEN}
-
-
-def wait_listening(port: int, *, proc: subprocess.Popen | None = None, log: Path | None = None,
-                   timeout: float = 60, what: str = "the server") -> int:
-    """Returns once `proc` listens on `port` (any port for 0), and returns that port. Fails at once, with the
-    log's tail, when `proc` exits first. Without `proc`: once anything accepts on `port`. A connect alone would
-    count another process that holds the port as ours (a free port handed out twice); so a process's own
-    listening sockets are what count."""
-    from tests.webapp.conftest import wait_for  # conftest imports this module's fixtures
-
-    def up() -> int | None:
-        if proc is None:
-            return port if listening(port) else None
-        if proc.poll() is not None:
-            raise AssertionError(f"{what} exited with {proc.returncode} before listening on {port or 'a port'}"
-                                 + (f":\n{log.read_text(errors='replace')[-3000:]}" if log else ""))
-        ports = listening_ports(proc)
-        return (port if port in ports else None) if port else min(ports, default=None)
-
-    return wait_for(up, timeout=timeout, interval=0.1, message=f"{what} to listen on {port or 'a port'}",
-                    explain=(lambda: log.read_text(errors="replace")[-3000:]) if log else None)
 
 
 @dataclass

@@ -110,4 +110,5 @@ def add_turn(trajectory: Trajectory, turn: Turn) -> None:
     trajectory.messages.append(turn.message)
     trajectory.turn_token_ids.append(turn.token_ids)
     trajectory.turn_logprobs.append(turn.logprobs)
+    trajectory.finish_reasons.append(turn.finish_reason)
     trajectory.completion_tokens += turn.completion_tokens

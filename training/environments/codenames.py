@@ -116,7 +116,9 @@ class CodenamesEnvironment(Environment):
         for role in trained:
             t = players[role].trajectory
             t.env_reward = reward
-            t.metadata.update(found=game.found, ended=game.over or "rounds ran out", clues=clues, seed=seed)
+            # A game its own side ended with a malformed or refused reply was not well-formed for that role.
+            t.metadata.update(found=game.found, ended=game.over or "rounds ran out", clues=clues, seed=seed,
+                              well_formed=not game.over.startswith(f"{role}:"))
             sides.append(t)
         return sides if options.play == "both" else sides[0]
 

@@ -30,6 +30,11 @@ class McpNotMcp(McpServerDidNotStart):
     """A URL that answers, but not as an MCP endpoint (a 404, an HTML page, another content type)."""
 
 
+class McpProgramNotMcp(McpServerDidNotStart):
+    """A stdio program that writes text that is not JSON-RPC to its standard output where the handshake's answer
+    belongs: not an MCP server (or a server that logs to stdout)."""
+
+
 class McpToolsTooLarge(McpServerError):
     pass
 

@@ -34,8 +34,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from training.environments.mcp_sandbox import MARK as SANDBOX_MARK, RUN_AS_ENV
 from training.environments.mcp_faults import (  # noqa: F401 - the faults are named from here too
-    McpInvalidToolSchema, McpInvalidUtf8, McpNotMcp, McpProtocolError, McpServerCrashed, McpServerDidNotStart,
-    McpServerError, McpServerExited, McpServerTimeout, McpStartTimeout, McpToolsTooLarge)
+    McpInvalidToolSchema, McpInvalidUtf8, McpNotMcp, McpProgramNotMcp, McpProtocolError, McpServerCrashed,
+    McpServerDidNotStart, McpServerError, McpServerExited, McpServerTimeout, McpStartTimeout, McpToolsTooLarge)
 from training.environments.mcp_tools import ToolResult, openai_tools, result_text
 
 SANDBOX_LIMITS = (("STUDIO_MCP_CPU_S", "--cpu-s", "600"), ("STUDIO_MCP_MEMORY_MB", "--memory-mb", "2048"),
@@ -119,11 +119,12 @@ class McpSession:
 
     async def on_message(self, message: Any) -> None:
         """The SDK's message handler: a line that is not JSON-RPC arrives here, not at the call waiting for its
-        answer, so the call is cancelled at once rather than left to time out."""
+        answer, so the call (or the start) is cancelled at once rather than left to time out."""
         if isinstance(message, Exception):
             self._garbage = message
-            if self._in_flight is not None:
-                self._in_flight.cancel()
+            for scope in (self._in_flight, self._starting):
+                if scope is not None:
+                    scope.cancel()
 
     def _stderr_lines(self) -> list[str]:
         if self._stderr is None:
@@ -332,16 +333,18 @@ async def _start(stack: AsyncExitStack, spec: StdioServer | HttpServer, where: s
         raise _start_failure(mcp, spec, where, err) from None
     finally:
         mcp._starting = None
-    if mcp._garbage is not None or listed is None:
-        raise mcp._garbage or McpServerDidNotStart(f"the MCP server {where!r} did not start")
+    if mcp._garbage is not None:
+        raise _garbage_at_start(mcp, spec, where)
+    if listed is None:
+        raise McpServerDidNotStart(f"the MCP server {where!r} did not start")
     mcp.tools = openai_tools(listed)
     return mcp
 
 
 def _start_failure(mcp: McpSession, spec: StdioServer | HttpServer, where: str, err: Exception) -> McpServerError:
     """The named cause of a start that failed: not UTF-8, exited (code, last stderr line), not MCP, garbage."""
-    if isinstance(mcp._garbage, McpServerError):
-        return mcp._garbage
+    if mcp._garbage is not None:  # what it printed says more than that it then exited
+        return _garbage_at_start(mcp, spec, where)
     if isinstance(spec, StdioServer) and (status := mcp.exit_status()) is not None:
         line = mcp.last_stderr_line()
         return McpServerExited(f"the MCP server {where!r} {status} before it answered the handshake"
@@ -355,3 +358,29 @@ def _start_failure(mcp: McpSession, spec: StdioServer | HttpServer, where: str, 
     if _is_protocol_garbage(err):
         return McpProtocolError(f"the MCP server {where!r} did not start: {_first_line(err)}{mcp.server_output()}")
     return McpServerDidNotStart(f"the MCP server {where!r} did not start: {_first_line(err)}{mcp.server_output()}")
+
+
+def _garbage_at_start(mcp: McpSession, spec: StdioServer | HttpServer, where: str) -> McpServerError:
+    """A start that met a message of no MCP: a stdio program printing ordinary text is named not an MCP server
+    (people point the command at the wrong program), never a timeout to lengthen."""
+    garbage = mcp._garbage
+    if isinstance(garbage, McpServerError):
+        return garbage
+    if isinstance(spec, StdioServer) and garbage is not None and _is_protocol_garbage(garbage):
+        return McpProgramNotMcp(
+            f"the program {where!r} is not an MCP server: it wrote {_garbage_line(garbage)!r} to its standard "
+            "output, where an MCP server writes only JSON-RPC messages (a server that logs must log to stderr)")
+    return McpProtocolError(f"the MCP server {where!r} did not start: it sent a message that is not valid MCP "
+                            f"JSON-RPC ({_first_line(garbage) if garbage else 'no details'})")
+
+
+def _garbage_line(err: BaseException) -> str:
+    """The start of the line the SDK could not read as JSON-RPC (pydantic keeps it as the error's input)."""
+    from pydantic import ValidationError
+
+    for e in (err, err.__cause__, err.__context__):
+        if isinstance(e, ValidationError) and e.errors():
+            return str(e.errors()[0].get("input", ""))[:120]
+        if isinstance(e, json.JSONDecodeError):
+            return e.doc[:120]
+    return _first_line(err)[:120]

@@ -46,7 +46,9 @@ class TemporalClueEnvironment(Environment):
             Scenario(id=scenario.id, user_message=scenario.user_message or puzzle.text()), config.system_prompt))
         turn = await complete(client, model, trajectory.messages, config.sampling)
         add_turn(trajectory, turn)
-        reward, right = puzzles.score_answers(str(turn.message.get("content") or ""), puzzle.answers())
+        reply = str(turn.message.get("content") or "")
+        reward, right = puzzles.score_answers(reply, puzzle.answers())
         trajectory.env_reward = reward
-        trajectory.metadata.update(right=right, questions=len(right))
+        trajectory.metadata.update(right=right, questions=len(right),
+                                   well_formed=puzzles.well_formed(reply, len(right)))
         return trajectory

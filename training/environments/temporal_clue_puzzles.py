@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import re
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -134,20 +135,41 @@ def generate(seed: int, *, people: int = 4, questions: int = 3) -> Puzzle:
     return Puzzle(people=names, values=values, clues=chosen, questions=asked, solution=truth)
 
 
+# Words a person reads past at the start of an answer: "at the library", "In the kitchen.", "had the rope",
+# "arrived at 9 pm" all name one value. Only leading words go, so "not the library" stays wrong.
+LEADING = frozenset("he she they the a an at in on inside into by with was were had has arrived came around".split())
+CLOCK = re.compile(r"\b(\d{1,2})(?::00)?\s*(am|pm)\b")
+
+
 def normalise(text: str) -> str:
-    text = text.strip().strip(".`*\"'").lower()
-    for prefix in ("the ", "a ", "an ", "at ", "in the ", "in "):
-        if text.startswith(prefix):
-            text = text[len(prefix):]
-    return " ".join(text.split())
+    """An answer as a person reads it: case, punctuation and markup ignored, leading articles and prepositions
+    dropped, times written 9pm, 9 p.m. or 9:00 pm alike, 12 am as midnight."""
+    text = text.lower().replace("p.m.", "pm").replace("a.m.", "am")
+    words = re.sub(r"[^a-z0-9:]+", " ", text).split()
+    while words and words[0] in LEADING:
+        words.pop(0)
+    text = CLOCK.sub(r"\1 \2", " ".join(words)).strip(" :")
+    return "midnight" if text in ("12 am", "12 midnight") else text
 
 
-def score_answers(reply: str, answers: list[str]) -> tuple[float, list[bool]]:
-    """The share of questions answered right, from lines `N. answer` (later lines for the same N are ignored)."""
+def given_answers(reply: str) -> dict[int, str]:
+    """The answers of lines `N. answer`, by N (later lines for the same N are ignored)."""
     given: dict[int, str] = {}
     for line in reply.splitlines():
         head, sep, rest = line.strip().partition(".")
         if sep and head.strip().isdigit():
             given.setdefault(int(head.strip()), rest)
+    return given
+
+
+def well_formed(reply: str, questions: int) -> bool:
+    """Whether every question got an answer line `N. answer` with something in it: format apart from skill."""
+    given = given_answers(reply)
+    return all(normalise(given.get(i, "")) for i in range(1, questions + 1))
+
+
+def score_answers(reply: str, answers: list[str]) -> tuple[float, list[bool]]:
+    """The share of questions answered right, from lines `N. answer` (later lines for the same N are ignored)."""
+    given = given_answers(reply)
     right = [normalise(given.get(i, "")) == normalise(a) for i, a in enumerate(answers, start=1)]
     return (sum(right) / len(right) if right else 0.0), right

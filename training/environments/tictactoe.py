@@ -89,12 +89,12 @@ class TicTacToeEnvironment(Environment):
         me = rules.to_move(board)
         seats = {mark: self._seat(mark, scenario, config, options, model, me) for mark in "XO"}
         rng = random.Random()
-        winner, ended = None, ""
+        winner, ended, fouled = None, "", ""  # fouled: the mark whose malformed or illegal move ended the game
         while not rules.is_over(board):
             seat = seats[rules.to_move(board)]
             cell = await self._move(seat, board, client, config, options, rng)
             if cell is None or cell not in rules.legal_moves(board):
-                winner = "O" if seat.mark == "X" else "X"
+                winner, fouled = "O" if seat.mark == "X" else "X", seat.mark
                 ended = f"{seat.mark} {'gave no well-formed move' if cell is None else f'played taken cell {cell}'}"
                 break
             board = rules.play(board, cell)
@@ -105,7 +105,7 @@ class TicTacToeEnvironment(Environment):
         for seat in played:
             seat.trajectory.env_reward = side_reward(seat.mark, winner)
             seat.trajectory.metadata.update(mark=seat.mark, board=board, ended=ended, winner=winner or "draw",
-                                            opponent=options.opponent)
+                                            opponent=options.opponent, well_formed=fouled != seat.mark)
         if options.opponent == "self":
             return [seats["X"].trajectory, seats["O"].trajectory]  # type: ignore[list-item]
         return seats[me].trajectory  # type: ignore[return-value]  # a model opponent's own side is not trained

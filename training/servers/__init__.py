@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from training.config import ServerConfig
+from training.config import ChatConfig, ServerConfig
 from training.errors import TrainingError
 from training.servers.serving import TOKEN_ENV, bind_refusal, inference_token
 
@@ -178,14 +178,18 @@ def spawn(command: list[str], env: dict[str, str], log_path: Path) -> subprocess
 
 
 def start_server(config: ServerConfig, base_model: str, log_path: Path, *, device: str = "cpu",
-                 served_name: str = "base", threads: int = 0, env: dict[str, str] | None = None) -> Any:
+                 served_name: str = "base", threads: int = 0, env: dict[str, str] | None = None,
+                 chat: ChatConfig | None = None) -> Any:
     """An `InferenceServer`, or for `inprocess` an `InProcessServer` with the same interface. `threads`: the
     local server's torch CPU threads (0: torch's default). `env`: the environment a started server gets, its
-    $STUDIO_INFERENCE_TOKEN included (default: this process's)."""
+    $STUDIO_INFERENCE_TOKEN included (default: this process's). `chat`: the run's chat family and reasoning
+    setting (local and inprocess servers sample with the family's training template)."""
+    chat = chat or ChatConfig()
     if config.kind == "inprocess":
         from training.servers.inprocess import InProcessServer
 
-        return InProcessServer(base_model, served_name, config.max_lora_rank, device)
+        return InProcessServer(base_model, served_name, config.max_lora_rank, device, chat_family=chat.family,
+                               reasoning=chat.reasoning)
     if config.kind == "external":
         server = InferenceServer(config.url or "", served_name)
         names = server.models()
@@ -198,9 +202,12 @@ def start_server(config: ServerConfig, base_model: str, log_path: Path, *, devic
         raise TrainingError(f"server.host: {refusal}")
     port = config.port or free_port(config.host)
     if config.kind == "vllm":
+        from training.chat_templates.serving import vllm_chat_template_args
         from training.servers.vllm import vllm_command
 
         command, vllm_env = vllm_command(config, base_model, port, served_name)
+        command += vllm_chat_template_args(base_model, log_path.parent, family=chat.family,
+                                           reasoning=chat.reasoning)
         # With `env` given, vLLM's own settings go on top of it (not this process's whole environment).
         env = vllm_env if env is None else {**env, **{k: v for k, v in vllm_env.items() if os.environ.get(k) != v}}
         if token:  # vLLM's own name for it: every /v1 route then requires the Bearer token
@@ -208,7 +215,8 @@ def start_server(config: ServerConfig, base_model: str, log_path: Path, *, devic
     else:
         command = [sys.executable, "-m", "training.servers.local", "--model", base_model, "--served-model-name",
                    served_name, "--host", config.host, "--port", str(port), "--max-lora-rank",
-                   str(config.max_lora_rank), "--device", device, "--threads", str(threads)]
+                   str(config.max_lora_rank), "--device", device, "--threads", str(threads),
+                   "--reasoning", chat.reasoning] + (["--chat-family", chat.family] if chat.family else [])
         env = dict(os.environ) if env is None else dict(env)
     server = InferenceServer(f"http://{config.host}:{port}/v1", served_name, spawn(command, env, log_path), log_path,
                              token=token)

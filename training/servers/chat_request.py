@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 MAX_N = 256  # the largest group a run config allows (GRPOConfig.group_size)
 
@@ -35,14 +35,8 @@ class ChatParams(BaseModel):
     top_logprobs: int | None = Field(None, ge=0, le=20)  # vLLM's default max_logprobs
     ignore_eos: bool | None = None
     return_token_ids: bool | None = None
-    stream: bool | None = None
-
-    @field_validator("stream")
-    @classmethod
-    def _no_streaming(cls, value: bool | None) -> bool | None:
-        if value:  # answering a stream with one JSON body would leave an OpenAI client waiting for events
-            raise ValueError("streaming is not supported by the local inference server; send stream: false")
-        return value
+    stream: bool | None = None  # answered by the HTTP server only (training.servers.streaming)
+    stream_options: dict[str, Any] | None = None
 
 
 class RequestError(ValueError):

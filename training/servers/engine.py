@@ -21,11 +21,15 @@ import re
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from training.chat_format import pad_token_id
+from training.chat_format import prompt_ids as chat_prompt_ids
+from training.chat_templates import install, tool_calls
 from training.servers.chat_request import MAX_N, ChatParams, RequestError, chat_params
 from training.servers.folded import FoldedCopy, foldable
 
@@ -52,13 +56,15 @@ class Job:
     seed: int | None
     ignore_eos: bool = False
     future: Future = field(default_factory=Future)
+    on_token: Callable[[int], None] | None = None  # a streamed choice's: each sampled id, on the worker thread
 
 
 class Engine:
     """Holds the model and adapters; one worker thread runs every forward pass (and adapter change)."""
 
     def __init__(self, model_dir: str, served_name: str, max_lora_rank: int, device: str,
-                 batch_gap_s: float = BATCH_GAP_S, max_n: int = MAX_N) -> None:
+                 batch_gap_s: float = BATCH_GAP_S, max_n: int = MAX_N, chat_family: str | None = None,
+                 reasoning: str = "keep") -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -85,6 +91,14 @@ class Engine:
         self.lock = threading.Lock()
         self.stopped = False
         self.context = getattr(self.base.config, "max_position_embeddings", 2048)
+        # A known family samples with its training template (training.chat_templates), so each turn's prompt is
+        # the one the trainer renders for it; its turns end at its own marker, and its tool calls are its format.
+        self.chat_family = install(self.tokenizer, name=chat_family, reasoning=reasoning,  # type: ignore[arg-type]
+                                   model_type=getattr(self.base.config, "model_type", None))
+        self.stop_ids = {self.tokenizer.eos_token_id}
+        self.pad_id = pad_token_id(self.tokenizer)  # EOS where there is no pad token (Llama, Mistral)
+        if self.chat_family is not None:
+            self.stop_ids.add(self.tokenizer.convert_tokens_to_ids(self.chat_family.end_of_turn))
         self.worker = threading.Thread(target=self._work, daemon=True, name="inference-engine")
         self.worker.start()
 
@@ -240,9 +254,16 @@ class Engine:
         kwargs = dict(
             prompts=[j.prompt for j in batch], max_tokens=[j.max_tokens for j in batch],
             temperature=[j.temperature for j in batch], top_p=[j.top_p for j in batch],
-            stop_ids=set() if batch[0].ignore_eos else {self.tokenizer.eos_token_id},
-            pad_id=self.tokenizer.pad_token_id, generator=generator,
+            stop_ids=set() if batch[0].ignore_eos else set(self.stop_ids),
+            pad_id=self.pad_id, generator=generator,
         )
+        if any(j.on_token for j in batch):
+            def on_step(ids: list[int], live: list[bool]) -> None:
+                for job, token, sampling in zip(batch, ids, live):
+                    if sampling and job.on_token is not None:
+                        job.on_token(token)
+
+            kwargs["on_step"] = on_step
         if batch[0].model == self.served_name:
             # Unloaded adapters keep their LoRA modules (free slots), so the base is always served through
             # disable_adapter(), never through the bare module, which would still apply the active slot.
@@ -276,21 +297,23 @@ class Engine:
         samples = await asyncio.gather(*(asyncio.wrap_future(job.future) for job in jobs))
         return self._response(params, prompt_ids, list(samples))
 
-    def _prepare(self, body: dict) -> tuple[ChatParams, list[int], list[Job]]:
-        """Validates the request, renders its prompt and queues one job per choice."""
+    def _prepare(self, body: dict, on_token: Callable[[int], Callable[[int], None]] | None = None,
+                 ) -> tuple[ChatParams, list[int], list[Job]]:
+        """Validates the request, renders its prompt and queues one job per choice; `on_token(i)` (a streamed
+        request's, training.servers.streaming) is given choice i's sampled ids as they come."""
         try:
             params = chat_params(body, self.max_n)
         except RequestError as err:
             raise ApiError(400, str(err), err.param) from None
+        if params.stream and on_token is None:  # one JSON body would leave an OpenAI client waiting for events
+            raise ApiError(400, "`stream`: only the local server's HTTP route streams; send stream: false.", "stream")
         model = params.model
         if not isinstance(model, str) or (model != self.served_name and model not in self.adapters):
             raise ApiError(404, f"The model `{model}` does not exist.")
-        try:
-            prompt = self.tokenizer.apply_chat_template(params.messages, tools=params.tools or None,
-                                                        add_generation_prompt=True, tokenize=False)
+        try:  # the trainer's own rendering (the family's shaping and template): it trains after these very ids
+            prompt_ids = chat_prompt_ids(self.tokenizer, params.messages, params.tools)
         except Exception as err:  # noqa: BLE001 - a malformed message list is the caller's error
             raise ApiError(400, f"cannot apply the chat template: {err}", "messages") from None
-        prompt_ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
         room = self.context - len(prompt_ids)
         # Left out, max_tokens is what the context has left (as vLLM); given, it is at least 1 (chat_params).
         max_tokens = params.max_tokens or params.max_completion_tokens or room
@@ -301,7 +324,8 @@ class Engine:
         temperature = 1.0 if params.temperature is None else params.temperature
         top_p = 1.0 if params.top_p is None else params.top_p
         jobs = [Job(model, prompt_ids, max_tokens, temperature, top_p,
-                    None if params.seed is None else params.seed + i, bool(params.ignore_eos))
+                    None if params.seed is None else params.seed + i, bool(params.ignore_eos),
+                    on_token=on_token(i) if on_token else None)
                 for i in range(params.n or 1)]
         for job in jobs:
             self._put(job)
@@ -333,7 +357,17 @@ class Engine:
                 keep = next(k for k in range(1, len(ids) + 1) if s in self.tokenizer.decode(ids[:k]))
                 ids, lps = ids[:keep], lps[:keep]
         message: dict[str, Any] = {"role": "assistant", "content": text}
-        if tools:
+        if tools and self.chat_family is not None:
+            # Markers such as Mistral's [TOOL_CALLS] are special tokens: the parser reads them (as vLLM's does).
+            raw = self.tokenizer.decode([t for t in ids if t not in self.stop_ids], skip_special_tokens=False)
+            content, calls = tool_calls.parse(self.chat_family.tool_format, raw)
+            if calls:
+                message["content"] = content
+                message["tool_calls"] = [{"id": c.get("id") or f"call_{uuid.uuid4().hex[:12]}", "type": "function",
+                                          "function": {"name": c["name"], "arguments": c["arguments"]}}
+                                         for c in calls]
+                finish = "tool_calls"
+        elif tools:
             calls = []
             for raw in TOOL_CALL.findall(text):
                 try:

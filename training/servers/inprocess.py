@@ -95,8 +95,10 @@ class EngineExecutor(Executor):
 class InProcessServer:
     """The `InferenceServer` interface (models, load/unload adapter, clients, stop) over an in-process Engine."""
 
-    def __init__(self, base_model: str, served_name: str, max_lora_rank: int, device: str) -> None:
-        self.engine = Engine(base_model, served_name, max_lora_rank, device, batch_gap_s=BATCH_GAP_S)
+    def __init__(self, base_model: str, served_name: str, max_lora_rank: int, device: str,
+                 chat_family: str | None = None, reasoning: str = "keep") -> None:
+        self.engine = Engine(base_model, served_name, max_lora_rank, device, batch_gap_s=BATCH_GAP_S,
+                             chat_family=chat_family, reasoning=reasoning)
         self.base_url = BASE_URL
         self.model_name = served_name
         self.process = None

@@ -4,7 +4,8 @@
 It serves the same contract as `vllm serve --enable-lora` where the training loop depends on it:
   GET  /health, GET /v1/models
   POST /v1/chat/completions   (n, temperature, top_p, max_tokens, stop, seed, tools, logprobs, ignore_eos,
-                               return_token_ids -> prompt_token_ids and per-choice token_ids; no streaming)
+                               return_token_ids -> prompt_token_ids and per-choice token_ids; stream and
+                               stream_options.include_usage: server-sent chunks as vLLM's, training.servers.streaming)
   POST /v1/load_lora_adapter  {"lora_name", "lora_path"}   POST /v1/unload_lora_adapter {"lora_name"}
 Errors are JSON objects `{"error": {"message", "type", "param", "code"}, "object": "error"}`.
 
@@ -23,12 +24,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from training.chat_templates import FAMILIES
 from training.servers.chat_request import MAX_N
 from training.servers.engine import ApiError, Engine
 from training.servers.serving import Limits, bind_refusal, inference_token, serve
+from training.servers.streaming import chat_stream
 
 ERROR_TYPES = {400: "BadRequestError", 401: "AuthenticationError", 404: "NotFoundError", 408: "RequestTimeout",
                413: "RequestEntityTooLarge", 503: "ServiceUnavailable"}
@@ -145,6 +148,9 @@ class LocalApp:
 
     async def chat(self, request: Request) -> Response:
         body = await read_json(request, self.limits)
+        if body.get("stream"):  # validated and queued first: a wrong request is a 400, not a broken stream
+            return StreamingResponse(chat_stream(self.engine, body), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache"})
         return json_response(200, await self.engine.chat_async(body))
 
     async def load_adapter(self, request: Request) -> Response:
@@ -171,6 +177,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     parser.add_argument("--max-n", type=int, default=MAX_N, help="most choices per request (n)")
+    parser.add_argument("--chat-family", default=None, choices=sorted(FAMILIES),
+                        help="the model's chat family (default: from its chat template; training/chat_templates)")
+    parser.add_argument("--reasoning", default="keep", choices=["keep", "drop"],
+                        help="reasoning models (Qwen3): keep thinking, or drop it (non-thinking mode)")
     for field, info in Limits.model_fields.items():
         parser.add_argument(f"--{field.replace('_', '-')}", type=type(info.default), default=info.default,
                             help=f"{info.description} Default {getattr(defaults, field)}.")
@@ -184,7 +194,7 @@ def main(argv: list[str] | None = None) -> None:
 
         torch.set_num_threads(args.threads)
     engine = Engine(args.model, args.served_model_name or args.model, args.max_lora_rank, args.device,
-                    max_n=args.max_n)
+                    max_n=args.max_n, chat_family=args.chat_family, reasoning=args.reasoning)
     print(f"serving {engine.served_name} on http://{args.host}:{args.port}/v1"
           f"{' (token required)' if token else ''}", file=sys.stderr, flush=True)
     serve(LocalApp(engine, token=token, limits=limits), args.host, args.port, limits)

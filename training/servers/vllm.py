@@ -17,6 +17,7 @@ from pathlib import Path
 
 from training.config import ServerConfig
 from training.errors import TrainingError
+from training.gpu.server_flags import share_flag
 
 # vLLM accepts only these LoRA ranks for --max-lora-rank; a configured rank is rounded up to the next one.
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -57,7 +58,8 @@ def lora_rank_arg(rank: int) -> int:
 
 # The tool-call parser of each model family (config.json `model_type`): the format its chat template writes.
 TOOL_CALL_PARSERS = {"qwen2": "hermes", "qwen2_moe": "hermes", "qwen3": "hermes", "qwen3_moe": "hermes",
-                     "llama": "llama3_json", "mistral": "mistral", "mixtral": "mistral"}
+                     "llama": "llama3_json", "mistral": "mistral", "mixtral": "mistral",
+                     "gemma3": "pythonic", "gemma3_text": "pythonic"}
 
 
 def model_type(base_model: str) -> str | None:
@@ -134,7 +136,11 @@ def vllm_command(config: ServerConfig, base_model: str, port: int, served_name: 
         env["CUDA_VISIBLE_DEVICES"] = visible_devices(config.gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
         if len(config.gpus) > 1:
             command += ["--tensor-parallel-size", str(len(config.gpus))]
-    # A worker sets its own flags once ($VLLM_EXTRA_ARGS, e.g. "--gpu-memory-utilization 0.5"); a run's
-    # extra_args, where given, replace them.
+    # A worker sets its own flags once ($VLLM_EXTRA_ARGS, e.g. "--max-num-batched-tokens 8192"); a run's
+    # extra_args, where given, replace them. Appended last, a share flag would override the planned one.
     extra = list(config.extra_args) or shlex.split(os.environ.get("VLLM_EXTRA_ARGS", ""))
+    if config.gpu_sharing in ("sleep", "split") and (flag := share_flag(extra)):
+        raise TrainingError(f"vLLM's extra arguments set its memory share ({flag}; server.extra_args or the "
+                            f"worker's $VLLM_EXTRA_ARGS), which the memory plan decides ({config.gpu_sharing}, "
+                            f"--gpu-memory-utilization {config.gpu_memory_utilization}): remove it")
     return command + extra, env

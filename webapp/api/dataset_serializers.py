@@ -42,6 +42,9 @@ class DatasetUploadSerializer(serializers.Serializer):
     file = serializers.FileField(help_text="JSONL, one conversation a line in the OpenAI chat format.")
     mode = serializers.ChoiceField(choices=["append", "replace"], default="append",
                                    help_text="append: the latest version's rows and the file's; replace: the file's.")
+    model = serializers.CharField(required=False, allow_blank=True, default="", max_length=200,
+                                  help_text="A model of the deployment's catalogue: each conversation must fit its "
+                                            "context, counted with its tokenizer (400 naming the lines that do not).")
 
 
 class DistillationSerializer(serializers.ModelSerializer):

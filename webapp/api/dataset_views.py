@@ -43,7 +43,7 @@ class DatasetViewSet(_ProjectListMixin, mixins.RetrieveModelMixin, mixins.Create
         upload = body.validated_data["file"]
         version = dataset_services.dataset_upload(
             user=request.user, dataset=dataset, file_name=upload.name, mode=body.validated_data["mode"],
-            data=upload.read(settings.STUDIO_MAX_UPLOAD_BYTES + 1))
+            data=upload.read(settings.STUDIO_MAX_UPLOAD_BYTES + 1), model=body.validated_data["model"])
         return Response(ds.DatasetVersionSerializer(version).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(responses=ds.DatasetVersionSerializer(many=True))

@@ -31,8 +31,9 @@ class TopPField(serializers.FloatField):
 class ProjectSerializer(serializers.ModelSerializer):
     class Meta:
         model = Project
-        fields = ["id", "name", "description", "owner", "created_at"]
-        read_only_fields = ["owner", "created_at"]
+        fields = ["id", "name", "description", "owner", "created_at", "queue_priority"]
+        # the owner sets it on the project page, within the site's bounds (webapp/queue_policy.py)
+        read_only_fields = ["owner", "created_at", "queue_priority"]
 
 
 class AgentSerializer(serializers.ModelSerializer):
@@ -265,7 +266,9 @@ class RunCreateSerializer(serializers.Serializer):
     project = serializers.IntegerField()
     name = serializers.CharField(max_length=100)
     agent = serializers.IntegerField()
-    scenario_set = serializers.IntegerField()
+    scenario_set = serializers.IntegerField(required=False, allow_null=True,
+                                            help_text="grpo: required, the scenarios it rolls out; sft: optional, "
+                                                      "its validation scenarios give the held-out win rate.")
     rubric_version = serializers.IntegerField(required=False, allow_null=True)
     judge_config = serializers.IntegerField(required=False, allow_null=True)
     steps = serializers.IntegerField(min_value=1, max_value=100000, default=10)
@@ -287,7 +290,7 @@ class RunCreateSerializer(serializers.Serializer):
     sft = SFTOptionsSerializer(required=False, help_text="kind sft: how to teach (docs/sft.md); unset options "
                                                          "take the engine's defaults.")
     trackers = serializers.ListField(
-        child=serializers.ChoiceField(choices=["wandb", "mlflow"]), required=False, max_length=2,
+        child=serializers.ChoiceField(choices=["wandb", "mlflow", "langfuse"]), required=False, max_length=3,
         help_text="Experiment trackers the run reports to, among those the site offers (docs/use.md).")
 
 

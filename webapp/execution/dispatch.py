@@ -6,6 +6,7 @@ A leaf of the web app: services call it, and it imports no service, runner or ta
 """
 from __future__ import annotations
 
+import threading
 from typing import Callable
 
 from django.conf import settings
@@ -24,8 +25,10 @@ TRY_JUDGE = "webapp.tasks.try_judge_task"
 CHECKPOINT_EXPORT = "webapp.tasks.checkpoint_export_task"  # loads the base model: a GPU worker's job
 # An MCP server's Test connection: the server starts (stdio) or is reached (HTTP) from a worker's child process.
 MCP_TEST = "webapp.tasks.mcp_server_test_task"
+NOTIFY_DELIVER = "webapp.tasks.notification_deliver_task"  # an e-mail or a webhook POST (webapp/notifications/)
 QUEUES = {RUN_EXECUTE: "gpu", CHECKPOINT_EVALUATE: "gpu", CHECKPOINT_EXPORT: "gpu", PLAYGROUND_RESCORE: "judge",
-          DISTILLATION_EXECUTE: "judge", TRY_EXECUTE: "judge", TRY_JUDGE: "judge", SERVER_HOLD: "serve", MCP_TEST: "judge"}
+          DISTILLATION_EXECUTE: "judge", TRY_EXECUTE: "judge", TRY_JUDGE: "judge", SERVER_HOLD: "serve", MCP_TEST: "judge",
+          NOTIFY_DELIVER: "judge"}
 
 LocalExecutor = Callable[[str, int], None]
 _local: LocalExecutor | None = None
@@ -37,13 +40,19 @@ def dispatch_install_local(*, executor: LocalExecutor) -> None:
     _local = executor
 
 
-def work_enqueue(*, name: str, object_id: int) -> None:
-    """Enqueues task `name` (one of QUEUES) for `object_id`; call it once the row is committed."""
+def work_enqueue(*, name: str, object_id: int, delay_s: float = 0.0) -> None:
+    """Enqueues task `name` (one of QUEUES) for `object_id`, to start after `delay_s` seconds (a Celery countdown,
+    or a timer of this process); call it once the row is committed."""
     if name not in QUEUES:
         raise ValueError(f"unknown task {name!r}; one of {', '.join(QUEUES)}")
     if settings.STUDIO_EXECUTOR == "celery":
-        app.send_task(name, args=[object_id], queue=QUEUES[name])
+        app.send_task(name, args=[object_id], queue=QUEUES[name], countdown=delay_s or None)
         return
     if _local is None:
         raise RuntimeError("no in-process executor is installed (WebappConfig.ready installs it)")
+    if delay_s > 0:
+        timer = threading.Timer(delay_s, _local, args=(name, object_id))
+        timer.daemon = True  # a process that exits leaves it: the reaper re-queues what is due
+        timer.start()
+        return
     _local(name, object_id)

@@ -173,11 +173,13 @@ def _follow_control(control: StaticControl, mailbox: ReviewMailbox, parking: thr
 
 
 def _unless_parked(writer: Any, parking: threading.Event) -> Any:
-    """The sink: every event, except that an engine stopped for parking does not report its run as cancelled
-    (the parent parks the run, which Resume continues)."""
+    """The sink: every event, except that an engine stopped for parking (asked by the parent, or by itself to
+    wait for the judge) does not report its run as cancelled (the parent parks the run, which goes on later)."""
 
     def sink(event: Any) -> None:
         data = event if isinstance(event, dict) else event.to_dict()
+        if data.get("kind") == "judge_unavailable":  # the engine stops to wait for the judge: a park as well
+            parking.set()
         if not (parking.is_set() and data.get("kind") == "run_finished" and data.get("status") == "cancelled"):
             writer(data)
 
@@ -229,9 +231,15 @@ def main() -> int:
         config = parse_run_config(spec["config"])
         scorer = None
         if config.judge and rank == 0:
+            from studio.key_budget import budget_from_env
             from studio.scoring import judge_scorer_from_config
+            from training.events import JudgeBudgetWait
 
-            scorer = judge_scorer_from_config(config.judge)  # its accounting: JudgeUsage events
+            # The budget its judge's key shares with other runs (the parent sets it when the deployment does):
+            # a wait for it is the run's phase.
+            budget = budget_from_env(on_wait=lambda key, what, limit: writer(
+                JudgeBudgetWait(key=key, what=what, limit=limit)))
+            scorer = judge_scorer_from_config(config.judge, budget=budget)  # its accounting: JudgeUsage events
         engine = _load(spec.get("engine") or "training.loop:train")
         extra = {}
         if "review" in inspect.signature(engine).parameters and mailbox is not None:

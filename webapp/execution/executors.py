@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db import close_old_connections, connections
 
 from webapp.execution.dispatch import (CHECKPOINT_EVALUATE, CHECKPOINT_EXPORT, DISTILLATION_EXECUTE, MCP_TEST,
-                                       PLAYGROUND_RESCORE, RUN_EXECUTE, SERVER_HOLD, TRY_EXECUTE, TRY_JUDGE,
+                                       NOTIFY_DELIVER, PLAYGROUND_RESCORE, RUN_EXECUTE, SERVER_HOLD, TRY_EXECUTE, TRY_JUDGE,
                                        dispatch_install_local)
 from webapp.execution.evaluation import checkpoint_evaluate_execute
 from webapp.execution.exports import checkpoint_export_execute
@@ -25,6 +25,7 @@ from webapp.execution.serving import project_server_hold
 from webapp.execution.trying import try_execute, try_judge
 from webapp.execution.runner import runs_execute_in_order
 from webapp.models import Run, RunStatus
+from webapp.notifications.sending import notification_deliver_until_done
 from webapp.models.runs import ACTIVE_STATUSES
 from webapp.services.distillation import distillation_execute, distillations_reap_stale
 from webapp.services.playground import playground_execute, rescores_reap_stale
@@ -64,7 +65,7 @@ def submit(run_id: int) -> None:
 # queues behind a run (nor a run behind them). wait_idle waits for their futures.
 _side_pools: dict[str, ThreadPoolExecutor] = {}
 # A project's inference server holds a `serve` thread for as long as it is up (its server is a child process).
-_SIDE_WORKERS = {"judge": 2, "eval": 1, "serve": 8, "try": 2}
+_SIDE_WORKERS = {"judge": 2, "eval": 1, "serve": 8, "try": 2, "notify": 2}
 _side_pending: set = set()  # futures of the side pools: a no-op submitted there would be no barrier
 _serving: set = set()  # the `serve` pool's: a server is up until it idles, so wait_idle does not wait for them
 
@@ -120,6 +121,9 @@ def _run_local(name: str, object_id: int) -> None:
         _submit_side("judge", lambda: try_judge(session_id=object_id), f"judging Try it session {object_id}")
     elif name == MCP_TEST:  # a child process of this executor's thread runs the server, never this process
         _submit_side("judge", lambda: mcp_server_test_execute(server_id=object_id), f"MCP test of server {object_id}")
+    elif name == NOTIFY_DELIVER:  # its retries wait on this thread, never on a run's
+        _submit_side("notify", lambda: notification_deliver_until_done(delivery_id=object_id),
+                     f"notification delivery {object_id}")
     elif name == PLAYGROUND_RESCORE:
         submit_rescore(object_id)
     elif name == CHECKPOINT_EVALUATE:
@@ -194,8 +198,8 @@ def embedded_startup() -> None:
 
     def _start() -> None:
         try:
-            orphans = Run.objects.filter(status__in=ACTIVE_STATUSES).exclude(status=RunStatus.PAUSED, worker=PARKED)
-            for run_id in orphans.values_list("id", flat=True):  # a parked paused run has no engine to lose
+            orphans = Run.objects.filter(status__in=ACTIVE_STATUSES).exclude(worker=PARKED)
+            for run_id in orphans.values_list("id", flat=True):  # a parked run has no engine to lose
                 run_mark_crashed(run_id=run_id, reason="the server restarted during the run; "
                                                       "resume to continue from the last checkpoint")
             for run_id in Run.objects.filter(status=RunStatus.QUEUED).order_by("id").values_list("id", flat=True):

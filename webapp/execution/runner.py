@@ -28,19 +28,22 @@ from training.errors import TrainingError
 
 from studio.key_policy import POLICY_ENV
 from webapp.egress_policy import egress_env
+from webapp.judge_budget import judge_budget_env
 from webapp.judge_keys import judge_key_policy
 from webapp.live.ingest import run_event_ingest
 from webapp.models import Run, RunStatus
 from webapp.selectors.external import external_groups_to_forward, external_last_trained_step, is_external
 from webapp.services.external import external_groups_mark_forwarded
+from webapp.services.checkpoint_retention import run_checkpoints_prune
 from webapp.services.monitoring import run_monitor_pause_check
 from webapp.services.review import run_review_rewards
 from webapp.services.gpu_plans import worker_gpus_report_here
 from webapp.services.run_config import run_model_problems
 from webapp.services.runs import (
     run_claim, run_claim_next, run_control_state, run_finish_after_engine, run_heartbeat, run_judge_budget_check, run_park,
-    runs_waiting,
 )
+from webapp.execution.model_fetch import model_engine_env, run_model_fetch
+from webapp.execution.parking import kept_step_settle, park_wanted
 from webapp.services.mcp_servers import run_secrets_environment
 from webapp.services.secrets import secret_decrypt
 from webapp.services.sft_runs import sft_engine_config
@@ -61,8 +64,10 @@ def engine_env(run: Run) -> dict[str, str]:
     # MLFLOW_TRACKING_*, are no *_API_KEY and pass as they are).
     kept = {judge.api_key_env if judge else None,
             "WANDB_API_KEY" if "wandb" in run_trackers_chosen(config=run.config or {}) else None}
+    # Langfuse's keys (LANGFUSE_SECRET_KEY is no *_API_KEY) only to a run that reports to Langfuse.
+    langfuse = "langfuse" in run_trackers_chosen(config=run.config or {})
     env = {k: v for k, v in os.environ.items() if k not in APP_SECRETS
-           and not (k.endswith("_API_KEY") and k not in kept)}
+           and not (k.endswith("_API_KEY") and k not in kept) and (langfuse or not k.startswith("LANGFUSE_"))}
     threads = str(settings.STUDIO_ENGINE_THREADS)
     env.update({"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "TOKENIZERS_PARALLELISM": "false",
                 "PYTHONUNBUFFERED": "1"})
@@ -73,6 +78,8 @@ def engine_env(run: Run) -> dict[str, str]:
     env[POLICY_ENV] = json.dumps({key: list(bases) for key, bases in judge_key_policy().items()})
     # ... and every outbound address (judge API base, MCP servers) against the deployment's egress policy.
     env.update(egress_env())
+    # The budget its judge's key shares with other runs, where the deployment set one (webapp/judge_budget.py).
+    env.update(judge_budget_env(api_key_env=((run.config or {}).get("judge") or {}).get("api_key_env")))
     if judge is not None and judge.api_key_encrypted and not judge.api_key_env:
         # Only the child's environment ever holds the plain key; the stored config names the variable.
         env["STUDIO_JUDGE_API_KEY"] = secret_decrypt(token=judge.api_key_encrypted)
@@ -106,10 +113,11 @@ def gpu_worker_refusal(config: dict) -> str | None:
     return None
 
 
-def start_problems(config: dict, env: dict[str, str]) -> list[str]:
+def start_problems(config: dict, env: dict[str, str], *, model_dir: Path | None = None) -> list[str]:
     """What this worker lacks to run `config`, in plain sentences: the judge's key variable in the engine's
     environment `env`, how many training processes to start, and (unless STUDIO_MODEL_CHECK is off) a base
-    model that exists, loads and fits here."""
+    model that exists, loads and fits here. `model_dir`: where the managed download put the hub model
+    (model_fetch.py), which is what the check reads; its problems name the model's id, not the directory."""
     key = (config.get("judge") or {}).get("api_key_env")
     problems = [f"the judge's key variable {key} is not set on this worker; set it in the worker's environment "
                 "and restart it, or store the key on the judge"] if key and not env.get(key) else []
@@ -117,7 +125,11 @@ def start_problems(config: dict, env: dict[str, str]) -> list[str]:
         TrainerConfig.model_validate(config.get("trainer") or {}).launch_processes()
     except (TrainingError, ValidationError) as err:
         problems.append(str(err))
-    if settings.STUDIO_MODEL_CHECK != "off":
+    if settings.STUDIO_MODEL_CHECK != "off" and model_dir is not None:
+        name = str(config.get("base_model"))
+        problems += [p.replace(str(model_dir), name) for p in
+                     run_model_problems(config={**config, "base_model": str(model_dir)})]
+    elif settings.STUDIO_MODEL_CHECK != "off":
         problems += run_model_problems(config=config)
     return problems
 
@@ -160,11 +172,21 @@ def _execute_claimed(*, run_id: int, worker: str) -> str:
     except ValueError as err:
         run_event_ingest(run_id=run_id, event={"kind": "run_failed", "step": -1, "error": str(err)})
         return "failed"
-    if problems := start_problems(run.config, env):  # at once, not after the server started or a step sampled
+    # A hub model is fetched first, into the workers' shared cache (model_fetch.py): its errors come before any GPU.
+    fetched = run_model_fetch(run_id=run_id, worker=worker, config=run.config)
+    if fetched.error:
+        run_event_ingest(run_id=run_id, event={"kind": "run_failed", "step": -1, "error": fetched.error})
+        return Run.objects.values_list("status", flat=True).get(pk=run_id)
+    if fetched.cancelled:
+        run_finish_after_engine(run_id=run_id, worker=worker, exit_code=0, log_tail="")
+        return Run.objects.values_list("status", flat=True).get(pk=run_id)
+    env = model_engine_env(env, fetched)
+    if problems := start_problems(run.config, env, model_dir=fetched.snapshot):  # at once, not after the server started
         run_event_ingest(run_id=run_id, event={"kind": "run_failed", "step": -1, "error": "; ".join(problems)})
         return Run.objects.values_list("status", flat=True).get(pk=run_id)
     out_dir = Path(run.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    kept_step_settle(run=run, out_dir=out_dir)
     log_path = out_dir / "engine.log"
     try:  # an SFT run's dataset version becomes the engine's data file, in the run's own directory
         config = sft_engine_config(run=run, config=tracker_engine_config(run_id=run.id, config=_engine_config(
@@ -217,7 +239,17 @@ def _execute_claimed(*, run_id: int, worker: str) -> str:
             code = _stop(proc)
     if not parked:
         run_finish_after_engine(run_id=run_id, worker=worker, exit_code=code, log_tail=_tail(log_path))
+    _checkpoints_prune(run_id)
     return Run.objects.values_list("status", flat=True).get(pk=run_id)
+
+
+def _checkpoints_prune(run_id: int) -> None:
+    """An ended run's checkpoints beyond its retention policy go now; a failure is left to the schedule's next
+    pass (services/checkpoint_retention.py), never to the next queued run's start."""
+    try:
+        run_checkpoints_prune(run_id=run_id)
+    except (OSError, DatabaseError):
+        log.exception("run %s: could not delete the checkpoints its policy does not keep", run_id)
 
 
 def _stop(proc: subprocess.Popen) -> int:
@@ -269,7 +301,9 @@ def _pump(proc: subprocess.Popen, read_fd: int, *, run_id: int, worker: str) -> 
                         run_judge_budget_check(run_id=run_id)  # pauses the run once its judge budget is spent
                     elif kind == "monitor_alert":
                         run_monitor_pause_check(run_id=run_id)  # pauses the run when the alert's monitor says so
-        if review_step is not None and _review_released(run_id):
+                    elif kind == "judge_unavailable":  # the engine stops by itself to wait for the judge
+                        park_by = time.monotonic() + PARK_GRACE_S
+        if review_step is not None and _review_released(run_id, review_step):
             # Events arrive in order, so every group of the step is a row by now: its overrides are all there.
             _write(proc, {"review": run_review_rewards(run_id=run_id, step=review_step)})
             review_step = None
@@ -302,9 +336,10 @@ def _pump(proc: subprocess.Popen, read_fd: int, *, run_id: int, worker: str) -> 
                 log.warning("run %s: the engine did not stop for parking within %s s; stopping it", run_id, PARK_GRACE_S)
                 _stop(proc)
             continue
-        if state == "pause" and runs_waiting(besides=run_id):
-            # A paused run must not hold the worker's one run slot while others wait: its engine stops, and the
-            # run is parked; Resume queues it again, to continue from its last checkpoint.
+        if park_wanted(run_id=run_id, state=state, awaiting_step=review_step):
+            # A paused run, or one waiting for a person's review, must not hold the worker's one run slot while
+            # others wait: its engine stops, and the run is parked; Resume (or the review's approval) queues it
+            # again, to continue from its last checkpoint (at review: with the step's scored groups).
             _write(proc, {"control": "park"})
             park_by = now + PARK_GRACE_S
             continue
@@ -323,9 +358,14 @@ def _forward_groups(proc: subprocess.Popen, run_id: int, after_step: int | None 
         external_groups_mark_forwarded(group_ids=[g.pk for g in groups])
 
 
-def _review_released(run_id: int) -> bool:
-    """Without a gate at once; with it once a reviewer approved (the run left awaiting_review, or stops)."""
-    return Run.objects.values_list("status", flat=True).get(pk=run_id) != RunStatus.AWAITING_REVIEW
+def _review_released(run_id: int, step: int) -> bool:
+    """Without a gate at once; with it once a reviewer approved (the run left awaiting_review, or stops). A gated
+    run paused before its step's review began keeps the step until its review is approved (the ingest keeps
+    such a run paused; Resume opens the review)."""
+    row = Run.objects.values("status", "review_gate", "review_approved_step").get(pk=run_id)
+    if row["status"] == RunStatus.AWAITING_REVIEW:
+        return False
+    return not (row["review_gate"] and row["status"] == RunStatus.PAUSED and step > row["review_approved_step"])
 
 
 def _ingest_line(run_id: int, line: bytes) -> tuple[str | None, int | None]:

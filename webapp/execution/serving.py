@@ -19,11 +19,11 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 from django.utils import timezone
 
-from training.config import ServerConfig
+from training.config import ChatConfig, ServerConfig
 from training.external import WILDCARDS
 
 from webapp.execution.runner import APP_SECRETS
-from webapp.models import ProjectServer, Run
+from webapp.models import Checkpoint, ProjectServer, Run
 from webapp.services.serving import SERVED_BASE
 from webapp.storable import storable
 
@@ -46,6 +46,22 @@ def _max_lora_rank(server: ProjectServer) -> int:
              Run.objects.filter(project_id=server.project_id).values_list("config", flat=True)
              if (config or {}).get("base_model") == server.base_model]
     return max(ranks, default=8)
+
+
+def _chat(server: ProjectServer) -> ChatConfig:
+    """The frozen chat family and reasoning setting of the run whose checkpoint on this base model was asked for
+    last (Try it and the endpoints mark a checkpoint served before asking for the server), else of the project's
+    latest run on it: its adapter was trained on prompts rendered so (Qwen3 with reasoning dropped samples after an
+    empty think block). A server holds the setting it was started with until it stops (after STUDIO_SERVE_IDLE_S)."""
+    served = Checkpoint.objects.filter(run__project_id=server.project_id, run__config__base_model=server.base_model,
+                                       served_at__isnull=False).order_by("-served_at", "-pk")
+    latest = Run.objects.filter(project_id=server.project_id, config__base_model=server.base_model).order_by("-pk")
+    found = list(served.values_list("run__config__chat", flat=True)[:1]) or \
+        list(latest.values_list("config__chat", flat=True)[:1])
+    try:
+        return ChatConfig.model_validate(found[0] or {}) if found else ChatConfig()
+    except ValueError:  # a family this version no longer knows: the template's fingerprint decides
+        return ChatConfig()
 
 
 def _reachable(base_url: str) -> str:
@@ -98,7 +114,7 @@ def project_server_hold(*, server_id: int, worker: str) -> str:
         with _Heartbeat(server_id):
             server = start_server(config, row.base_model, log_path, served_name=SERVED_BASE, env=serving_env(),
                                   device="cuda" if settings.STUDIO_GPU_WORKER else "cpu",
-                                  threads=settings.STUDIO_ENGINE_THREADS)
+                                  threads=settings.STUDIO_ENGINE_THREADS, chat=_chat(row))
     except Exception as err:  # noqa: BLE001 - shown where the server was asked for, never dropped
         log.warning("project server %s did not start: %s", server_id, err)
         ProjectServer.objects.filter(pk=server_id, worker=worker).update(

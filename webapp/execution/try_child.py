@@ -5,8 +5,9 @@ project's inference server, exactly as in training (the same `rollout`, so funct
 game run as they do there); every assistant turn is written out as it arrives, so the page fills turn by turn.
 Protocol: stdin, one line: {"base_url", "token", "environment": {"kind", "options"}, "system_prompt",
 "sampling": {...}, "scenario": {...}, "models": [served name per column], "timeout_s"}. stdout: one JSON line per
-turn, {"column": i, "status": "answering", "messages": [...], "tools": [...] | null}, and one per column at its
-end, {"column": i, "status": "done" | "failed", "messages", "tools", "error", "seconds"}.
+turn as its text streams in (the first text at once, then every REPORT_EVERY_S) and once whole, {"column": i,
+"status": "answering", "messages": [...], "tools": [...] | null}, and one per column at its end, {"column": i,
+"status": "done" | "failed", "messages", "tools", "error", "seconds"}.
 """
 from __future__ import annotations
 
@@ -21,8 +22,10 @@ from training.config import SamplingConfig
 from training.environments import RolloutConfig, get_environment, parse_options
 from training.episodes import first_side
 from training.types import Scenario
+from webapp.execution.streamed_completion import StreamedCompletion, assistant_message
 
 _out = threading.Lock()
+REPORT_EVERY_S = 0.1  # each report is a database write of the session by the parent
 
 
 def emit(record: dict[str, Any]) -> None:
@@ -33,20 +36,29 @@ def emit(record: dict[str, Any]) -> None:
 
 
 class _Completions:
-    """`client.chat.completions` that reports each answer with the conversation it continues."""
+    """`client.chat.completions` that streams each answer and reports it as it grows, with the conversation it
+    continues; the environment is handed the whole completion, as without streaming (streamed_completion.py)."""
 
     def __init__(self, inner: Any, column: int) -> None:
         self.inner, self.column = inner, column
 
-    async def create(self, **kwargs: Any) -> Any:
-        response = await self.inner.create(**kwargs)
-        choice = response.choices[0]
-        message: dict[str, Any] = {"role": "assistant", "content": choice.message.content or ""}
-        if choice.message.tool_calls:
-            message["tool_calls"] = [{"id": c.id, "type": "function", "function": {
-                "name": c.function.name, "arguments": c.function.arguments}} for c in choice.message.tool_calls]
+    def _report(self, kwargs: dict[str, Any], message: dict[str, Any]) -> None:
         emit({"column": self.column, "status": "answering", "messages": list(kwargs.get("messages") or []) + [message],
               "tools": kwargs.get("tools")})
+
+    async def create(self, **kwargs: Any) -> Any:
+        if kwargs.get("n") not in (None, 1) or kwargs.get("stream"):  # several answers, or a stream: as asked
+            response = await self.inner.create(**kwargs)
+            self._report(kwargs, assistant_message(response))
+            return response
+        stream = await self.inner.create(**kwargs, stream=True, stream_options={"include_usage": True})
+        parts, reported = StreamedCompletion(), 0.0
+        async for chunk in stream:
+            if parts.add(chunk) and time.monotonic() - reported >= REPORT_EVERY_S:
+                reported = time.monotonic()  # the first text goes out at once; then a few times a second
+                self._report(kwargs, parts.message())
+        response = parts.completion()
+        self._report(kwargs, assistant_message(response))
         return response
 
 

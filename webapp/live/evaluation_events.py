@@ -56,7 +56,8 @@ def tracker_failed_payload(run: Run, e: dict[str, Any]) -> dict[str, Any]:
     trackers = config.get("trackers") or {}
     paths = worker_paths(config, runs_dir=str(settings.STUDIO_RUNS_DIR)) + [
         (str((trackers.get("wandb") or {}).get("dir") or ""), "<the W&B directory>"),
-        (str((trackers.get("mlflow") or {}).get("tracking_uri") or ""), "<the MLflow store>")]
+        (str((trackers.get("mlflow") or {}).get("tracking_uri") or ""), "<the MLflow store>"),
+        (str((trackers.get("langfuse") or {}).get("host") or ""), "<the Langfuse host>")]
     uri = str((trackers.get("mlflow") or {}).get("tracking_uri") or "")
     if uri.startswith("file:"):  # MLflow's errors name the store's path without its scheme
         paths.append((urlsplit(uri).path, "<the MLflow store>"))

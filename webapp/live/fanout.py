@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 WINDOW_S = 0.1  # a page is sent at most ~10 frames a second, however fast the run's events come
 # Kinds the run page uses only for the run summary every event carries (phase, progress): a later event of
 # the same window carries a newer one (static/webapp/run.js, evaluation.js).
-SUMMARY_ONLY = frozenset({"group_rolled_out", "judge_usage", "train_step"})
+SUMMARY_ONLY = frozenset({"group_rolled_out", "judge_usage", "train_step", "model_download"})
 
 
 @dataclass(frozen=True)
@@ -182,3 +182,15 @@ def run_fanout(layer: Any) -> RunFanout:
     if key not in _FANOUTS or _FANOUTS[key][1].layer is not layer:
         _FANOUTS[key] = (loop, RunFanout(layer))
     return _FANOUTS[key][1]
+
+
+def run_watchers_count() -> int:
+    """Sockets watching a run live in this process, over every loop (/metrics: studio_websocket_watchers). Read
+    from another thread while the loop runs, so it copies before counting and retries a dict that changed."""
+    for _ in range(3):
+        try:
+            return sum(len(watchers) for _, fanout in list(_FANOUTS.values())
+                       for watchers in list(fanout._watchers.values()))
+        except RuntimeError:  # changed size during iteration: count again
+            continue
+    return 0

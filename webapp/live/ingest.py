@@ -19,10 +19,14 @@ from django.utils import timezone
 from webapp.execution.engine_address import engine_address_problem
 from webapp.live.evaluation_events import (alert_payload, evaluation_failed_payload, evaluation_payload,
                                            held_out_loss_payload, tracker_failed_payload)
+from webapp.live.judge_budget_wait import judge_budget_wait_payload
+from webapp.live.judge_outage import judge_unavailable_payload
 from webapp.live.override_redo import overrides_capture, overrides_settle
 from webapp.live.publish import publish
 from webapp.models import Checkpoint, JudgeCall, Run, RunEvent, RunStatus, Scenario, Step, Trajectory, TrajectoryGroup
 from webapp.models.runs import ACTIVE_STATUSES
+from webapp.notifications.events import run_event_notify
+from webapp.review_state import PAUSING, held_phase
 from webapp.run_policy import text_for_people, worker_paths
 from webapp.storable import storable
 
@@ -69,6 +73,7 @@ def _append(run: Run, kind: str, payload: dict[str, Any]) -> RunEvent:
                                     payload={**payload, "run": _run_summary(run)})
     message = event.as_message()
     transaction.on_commit(lambda: publish(run.pk, message))
+    run_event_notify(run=run, event=event)  # the people a run now needs are told (webapp/notifications/)
     return event
 
 
@@ -110,8 +115,9 @@ def run_event_ingest(*, run_id: int, event: dict[str, Any]) -> RunEvent:
 
 
 def _set_phase(run: Run, phase: str, **fields: Any) -> None:
-    if run.status == RunStatus.PAUSED and run.phase.startswith("paused") and "status" not in fields:
-        # Paused by a judge budget or a monitor: the engine still finishes its phase, but the run keeps saying why.
+    if run.status == RunStatus.PAUSED and run.phase.startswith(("paused", PAUSING)) and "status" not in fields:
+        # Paused by a judge budget or a monitor, or by a person ("pausing after step N", review_state.py): the
+        # engine still finishes its phase, but the run keeps saying why and where it stops.
         phase = run.phase
     run.phase = phase
     for key, value in fields.items():
@@ -125,11 +131,30 @@ def _on_run_started(run: Run, e: dict[str, Any]) -> dict[str, Any]:
     # A resume redoes the steps after the last checkpoint, and their new rewards are not handed over yet:
     # overrides on them train again, so they must not be labelled as labels only.
     reviewed = min(run.reviewed_through_step, max(0, start - 1))
+    # An approval stands for the groups it approved: kept across a park (the engine takes them up again,
+    # `scored_step`), void for a step rolled out again.
+    kept = int(e.get("scored_step") or 0)
+    approved = run.review_approved_step if kept and kept == run.review_approved_step else \
+        min(run.review_approved_step, max(0, start - 1))
     if e.get("resumed") and start > 1:
         _record_resumed_checkpoint(run, start - 1, e)
-    _set_phase(run, f"{verb} {start}", total_steps=int(e.get("total_steps", run.total_steps)),
-               steps_done=max(0, start - 1), reviewed_through_step=reviewed)
-    return {"start_step": start, "total_steps": run.total_steps, "resumed": bool(e.get("resumed"))}
+    phase = f"went on with step {start}'s groups, kept when it parked" if kept else f"{verb} {start}"
+    _set_phase(run, phase, total_steps=int(e.get("total_steps", run.total_steps)),
+               steps_done=max(0, start - 1), reviewed_through_step=reviewed, review_approved_step=approved)
+    return {"start_step": start, "total_steps": run.total_steps, "resumed": bool(e.get("resumed")), "scored_step": kept}
+
+
+def _on_model_download(run: Run, e: dict[str, Any]) -> dict[str, Any]:
+    """The worker fetching the run's hub model before the engine starts (webapp/execution/model_fetch.py)."""
+    from training.hub import size_text
+
+    model, state = str(e.get("model") or "")[:200], str(e.get("state") or "")
+    done, total = _count(e.get("done")) or 0, _count(e.get("total")) or 0
+    phase = {"downloading": f"downloading {model}: {size_text(done, total)}",
+             "downloaded": f"downloaded {model}; starting the engine",
+             "cached": f"{model} is in this worker's model cache; starting the engine"}.get(state, f"{model}: {state}")
+    _set_phase(run, phase[:200])
+    return {"model": model, "state": state, "done": done, "total": total}
 
 
 def _on_memory_planned(run: Run, e: dict[str, Any]) -> dict[str, Any]:
@@ -259,11 +284,19 @@ def _on_judge_usage(run: Run, e: dict[str, Any]) -> dict[str, Any]:
 
 def _on_review_requested(run: Run, e: dict[str, Any]) -> dict[str, Any]:
     """With the review gate the run waits for a reviewer's approval; without it the runner answers at once
-    with the overrides made so far (execution/runner.py). A run paused while its step was scored waits for
-    review too: the runner releases a step only once the run leaves awaiting_review, so staying paused here
-    would let the step train unreviewed. The approval then resumes it."""
+    with the overrides made so far (execution/runner.py). A gated run paused while its step was scored stays
+    paused (a person's Pause is never dropped): the runner releases a gated step only once it is approved, and
+    Resume turns the run to awaiting_review."""
     step = int(e["step"])
-    if run.review_gate and run.status in (RunStatus.RUNNING, RunStatus.PAUSED):
+    if run.review_gate and step <= run.review_approved_step:  # approved before its park: it trains now
+        _set_phase(run, f"step {step}: review approved; training on the reviewed rewards")
+    elif run.review_gate and run.status == RunStatus.PAUSED:
+        # Paused before its review began (say, seconds after the last step's approval): the pause is kept, the
+        # engine holds the step at its review (the runner releases a gated step only once approved), and Resume
+        # opens the review (services.runs.run_resume).
+        if held_phase(run, step=step, trained=False):
+            _set_phase(run, f"paused before step {step}'s review: Resume opens it", status=run.status)
+    elif run.review_gate and run.status == RunStatus.RUNNING:
         _set_phase(run, f"step {step}: waiting for review", status=RunStatus.AWAITING_REVIEW)
     elif not run.review_gate:
         _set_phase(run, f"step {step}: applying overrides")
@@ -286,7 +319,10 @@ def _on_review_applied(run: Run, e: dict[str, Any]) -> dict[str, Any]:
                 t.advantage = _num(advantages[t.index])
                 t.save(update_fields=["advantage"])
                 changed += 1
-    _set_phase(run, f"step {step}: training on the reviewed rewards")
+    if held := held_phase(run, step=step, trained=False):  # a paused engine holds here, before training
+        _set_phase(run, held, status=run.status)
+    else:
+        _set_phase(run, f"step {step}: training on the reviewed rewards")
     return {"step": step, "changed_advantages": changed}
 
 
@@ -324,8 +360,20 @@ def _on_step_finished(run: Run, e: dict[str, Any]) -> dict[str, Any]:
     cost = None if not calls.exists() or any(c is None for c in costs) else float(sum(costs))
     Step.objects.update_or_create(run=run, index=step, defaults={"metrics": metrics, "judge_cost_usd": cost})
     status = {} if run.status != RunStatus.AWAITING_REVIEW else {"status": RunStatus.RUNNING}
-    _set_phase(run, f"step {step} finished", steps_done=max(run.steps_done, step), **status)
+    if held := held_phase(run, step=step, trained=True):  # a paused engine holds here, before the next step
+        status = {"status": run.status}  # (given, so the phase is written)
+    # A step trained: its judge answered, so an outage it waited for is over.
+    _set_phase(run, held or f"step {step} finished", steps_done=max(run.steps_done, step), judge_down_since=None, **status)
     return {"step": step, "metrics": metrics, "judge_cost_usd": cost, "criteria_means": _criteria_means(run, step)}
+
+
+def _on_run_held(run: Run, e: dict[str, Any]) -> dict[str, Any]:
+    """The engine holds for a pause: the run stops saying "pausing", wherever the pause met the engine (between
+    two steps' events too: during a held-out evaluation, say)."""
+    step, trained = int(e["step"]), bool(e.get("trained"))
+    if held := held_phase(run, step=step, trained=trained):
+        _set_phase(run, held, status=run.status)
+    return {"step": step, "trained": trained}
 
 
 def _on_run_finished(run: Run, e: dict[str, Any]) -> dict[str, Any]:
@@ -380,14 +428,18 @@ def _on_events_summarized(run: Run, e: dict[str, Any]) -> dict[str, Any]:
 _HANDLERS: dict[str, Callable[[Run, dict[str, Any]], dict[str, Any]]] = {
     "run_started": _on_run_started,
     "memory_planned": _on_memory_planned,
+    "model_download": _on_model_download,
     "group_rolled_out": _on_group_rolled_out,
     "group_scored": _on_group_scored,
     "judge_usage": _on_judge_usage,
     "review_requested": _on_review_requested,
+    "judge_unavailable": judge_unavailable_payload,  # the run waits for its judge: judge_outage.py
+    "judge_budget_wait": judge_budget_wait_payload,  # ... or for its key's shared budget: judge_budget_wait.py
     "review_applied": _on_review_applied,
     "train_step": _on_train_step,
     "checkpoint_saved": _on_checkpoint_saved,
     "step_finished": _on_step_finished,
+    "run_held": _on_run_held,
     "run_finished": _on_run_finished,
     "run_failed": _on_run_failed,
     "evaluation": evaluation_payload,  # held-out evaluations and monitor alerts: evaluation_events.py

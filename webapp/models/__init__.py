@@ -4,6 +4,8 @@ from webapp.models.external import (
     ExternalCall, ExternalClient, ExternalGroup, ExternalTrajectory, ProjectToken,
 )
 from webapp.models.mcp import McpServer
+from webapp.models.notifications import (Delivery, Notification, NotificationPreference, NotifyEvent, Webhook,
+                                         WebhookFormat)
 from webapp.models.projects import Membership, Project, Role
 from webapp.models.review import Rescore, ScoreOverride
 from webapp.models.serving import ModelExport, ProjectServer, TrySession
@@ -24,4 +26,5 @@ __all__ = [
     "JudgeCall", "JudgeConfig", "McpServer", "Membership", "ModelExport", "Project", "Role", "Rubric",
     "RubricVersion", "Rescore", "Run", "ScoreOverride", "RunEvent", "RunStatus", "Scenario", "ScenarioSet", "Step", "Trajectory",
     "TrajectoryGroup", "TrySession",
+    "Delivery", "Notification", "NotificationPreference", "NotifyEvent", "Webhook", "WebhookFormat",
 ]

@@ -20,6 +20,9 @@ class Project(models.Model):
     description = models.TextField(blank=True, max_length=5000)
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="owned_projects")
     created_at = models.DateTimeField(auto_now_add=True)
+    # The owner's queue priority, within the deployment's STUDIO_QUEUE_PRIORITY_MIN..MAX (webapp/queue_policy.py):
+    # a higher one's queued runs are taken first.
+    queue_priority = models.SmallIntegerField(default=0)
 
     class Meta:
         ordering = ["name", "id"]

@@ -61,7 +61,9 @@ class ScoreOverride(models.Model):
             return "changed the step's rewards"
         if self.step_index <= run.steps_done or run.status == "completed":  # trained without a review handshake
             return "label only (the step trained on the judge's rewards)"
-        return "pending: the step has not trained yet and will train on it"
+        from webapp.review_state import override_pending_note  # pure policy on the run's row, no queries
+
+        return override_pending_note(run, self.step_index)
 
     def save(self, *args, **kwargs) -> None:
         if self.pk is not None:

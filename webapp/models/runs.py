@@ -21,7 +21,7 @@ class RunStatus(models.TextChoices):
 
 
 ACTIVE_STATUSES = (RunStatus.RUNNING, RunStatus.PAUSED, RunStatus.AWAITING_REVIEW)
-PARKED = "(parked: no engine)"  # the `worker` of a paused run whose engine was stopped (services.runs.run_park)
+PARKED = "(parked: no engine)"  # the `worker` of a paused run, or one awaiting review, whose engine was stopped (services.runs.run_park)
 FINAL_STATUSES = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
 
 
@@ -30,7 +30,8 @@ class Run(models.Model):
     name = models.CharField(max_length=100)
     agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="runs")
     agent_version = models.PositiveIntegerField(default=1, help_text="Agent.version at launch.")
-    scenario_set = models.ForeignKey(ScenarioSet, on_delete=models.PROTECT, related_name="runs")
+    # None only for an SFT run launched without one (it trains on its dataset version; no held-out win rate).
+    scenario_set = models.ForeignKey(ScenarioSet, null=True, blank=True, on_delete=models.PROTECT, related_name="runs")
     rubric_version = models.ForeignKey(RubricVersion, null=True, blank=True, on_delete=models.PROTECT)
     judge_config = models.ForeignKey(JudgeConfig, null=True, blank=True, on_delete=models.PROTECT)
     # training.config.RunConfig.model_dump(mode="json"): validated by the engine's own model before saving.
@@ -53,6 +54,13 @@ class Run(models.Model):
     # The last step whose rewards were handed to the engine: overrides on later steps still change training,
     # overrides on this one or earlier are kept as labels only.
     reviewed_through_step = models.PositiveIntegerField(default=0)
+    # The last step a reviewer approved. A run parked at its review (its engine stopped to free the worker)
+    # asks for that step's review again when it resumes on the same groups: approved, it is answered at once.
+    review_approved_step = models.PositiveIntegerField(default=0)
+    # Waiting for the judge (issue 49): since when its provider has been failing (kept across retries, cleared
+    # once a step trains), and when the parked run is queued again (null once it is).
+    judge_down_since = models.DateTimeField(null=True, blank=True)
+    judge_retry_at = models.DateTimeField(null=True, blank=True)
     # An SFT run's conversations (config kind "sft"): the immutable version it trains on, written by the worker
     # to the run's output directory as its engine's data file (execution/runner.py).
     dataset_version = models.ForeignKey("DatasetVersion", null=True, blank=True, on_delete=models.PROTECT,
@@ -72,6 +80,9 @@ class Run(models.Model):
     # Secrets the engine reads from its environment (an MCP server's HTTP header values), frozen at launch:
     # Fernet of a JSON object {variable: value}. The config names the variables only (never the values).
     secrets_encrypted = models.TextField(blank=True, default="", editable=False)
+    # What the checkpoint retention policy deleted once the run ended (services/checkpoint_retention.py):
+    # {"steps": [...], "freed_bytes": int, "at": iso time}; the run page says it beside the checkpoints kept.
+    checkpoints_pruned = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -196,6 +207,9 @@ class Checkpoint(models.Model):
     path = models.CharField(max_length=1000)
     adapter_name = models.CharField(max_length=300)
     created_at = models.DateTimeField(auto_now_add=True)
+    # Last asked for by Try it, a checkpoint's endpoint or a distillation's teacher: a served checkpoint is kept
+    # by the retention policy (services/checkpoint_retention.py), since someone may call it again.
+    served_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["run_id", "step_index"]

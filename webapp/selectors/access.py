@@ -31,8 +31,15 @@ def project_role(*, user, project: Project) -> str | None:
     return role_of(user=user, project=project)
 
 
-def project_members(*, project: Project) -> QuerySet[Membership]:
-    return project.memberships.select_related("user").order_by("user__username")
+def project_members(*, project: Project) -> list[Membership]:
+    """The Members list: the owner first (an editor by ownership, listed even without a membership row), then
+    the others by name; the owner's row has `is_owner` set."""
+    rows = list(project.memberships.select_related("user").order_by("user__username"))
+    owner = next((m for m in rows if m.user_id == project.owner_id), None)
+    if owner is None:
+        owner = Membership(project=project, user=project.owner, role=Role.EDITOR)
+    owner.is_owner = True  # type: ignore[attr-defined]
+    return [owner, *(m for m in rows if m is not owner)]
 
 
 def in_project_get(*, user, model: type[M], pk: int, role: str = Role.VIEWER, path: str = "project") -> M:

@@ -38,3 +38,27 @@ def rubric_version_diff(*, rubric: Rubric, old: str | None, new: str | None) -> 
     va, vb = rubric.versions.get(number=a), rubric.versions.get(number=b)
     return {"old": va, "new": vb, "numbers": numbers, "segments": answer_diff(va.text, vb.text),
             "criteria_changed": va.criteria != vb.criteria}
+
+
+def judges_default_first(*, project: Project) -> list[JudgeConfig]:
+    """The project's judges, its default first: the judge of its newest run that had one (what the project has
+    been training with), else the first one made; then the others by name. Pages that preselect a judge start
+    from this order, so a judge is never chosen only for coming first in the alphabet."""
+    judges = list(JudgeConfig.objects.filter(project=project).order_by("name", "id"))
+    last_used = (Run.objects.filter(project=project, judge_config__isnull=False).order_by("-created_at", "-id")
+                 .values_list("judge_config_id", flat=True).first())
+    default_id = last_used or min((j.id for j in judges), default=None)
+    return sorted(judges, key=lambda j: j.id != default_id)  # stable: the rest keep their order by name
+
+
+def agent_trains_on_own_reward(*, agent: Agent | None) -> bool:
+    """Whether the agent's environment rewards its rollouts itself (the games, 2048): a judge is then an extra
+    the person asks for, never a default the launch form picks for them."""
+    from training.environments import get_environment
+
+    if agent is None:
+        return False
+    try:
+        return get_environment(agent.environment_kind).has_own_reward(agent.environment_options or {}) is True
+    except Exception:  # noqa: BLE001 - an unknown kind says nothing about its reward
+        return False

@@ -8,11 +8,25 @@ from webapp.models import Run
 
 MONITOR_SERIES = {"mon_length_chars": "answer length (chars)", "mon_repeat_rate": "n-gram repeat rate",
                   "mon_empty_rate": "empty answers", "mon_zero_variance": "zero-variance groups",
-                  "mon_kl": "KL to base", "judge_mean": "judge score", "env_mean": "env reward"}
+                  "mon_kl": "KL to base", "mon_entropy": "entropy on sampled tokens",
+                  "mon_truncated": "answers cut off at max_tokens", "judge_mean": "judge score", "env_mean": "env reward"}
 
 
 def _count(value: Any) -> int | None:
     return int(value) if isinstance(value, (int, float)) else None  # stored metrics are floats (ingest)
+
+
+def evaluated_win_rates(*, run: Run) -> dict[int, float]:
+    """{step: held-out win rate} of every evaluated step (the latest evaluation of a step wins), as the curve and
+    the checkpoint table read them; the retention policy keeps the best of these (selectors/retention.py)."""
+    rates: dict[int, float] = {}
+    for p in run.events.filter(kind="evaluation").order_by("seq").values_list("payload", flat=True):
+        rate = (p.get("metrics") or {}).get("eval_win_rate")
+        if isinstance(p.get("step"), int):
+            rates.pop(p["step"], None)
+            if isinstance(rate, (int, float)):
+                rates[p["step"]] = float(rate)
+    return rates
 
 
 def run_evaluation_data(*, run: Run) -> dict[str, Any]:

@@ -50,17 +50,20 @@ def agent_prompt_budget(*, project: Project, base_model: str, system_prompt: str
     tools, known = agent_tools(project=project, environment_kind=environment_kind,
                                environment_options=environment_options, mcp_server_id=mcp_server_id)
     try:  # only the deployment's models are read, never a directory the form was sent
-        source = resolve_base_model(base_model).source
+        model = resolve_base_model(base_model)
     except BaseModelChoiceError as err:
         return {"budget": None, "error": str(err), "tools_known": known, "sets": [], "problem": None}
-    counter, error = model_counter(source)
+    counter, error = model_counter(model.source)
     if counter is None:
         return {"budget": None, "error": error, "tools_known": known, "sets": [], "problem": None}
     tokenizer, context = counter
+    from training.config import ChatConfig
+
+    chat = ChatConfig(family=model.chat_template)  # the catalogue's family, as a run of the agent would render
 
     def count(scenarios: list[Any]) -> Any:
         return prompt_budget(tokenizer, context=context, system_prompt=system_prompt, tools=tools,
-                             scenarios=scenarios, max_tokens=max_tokens)
+                             scenarios=scenarios, max_tokens=max_tokens, chat=chat)
 
     budget = count([])
     sets = []

@@ -15,8 +15,9 @@ from django.db.models import Prefetch, Q, QuerySet
 from django.http import Http404
 
 from judging.agreement import compare
-from webapp.models import Project, Rescore, Run, ScoreOverride, Trajectory, TrajectoryGroup
+from webapp.models import Project, Rescore, Run, RunStatus, ScoreOverride, Trajectory, TrajectoryGroup
 from webapp.models.runs import PARKED
+from webapp.review_state import step_fate
 from webapp.selectors.rewards import group_explanations, group_scenario, groups_view, trajectory_rewards
 
 MAX_COLUMNS = 6
@@ -272,16 +273,34 @@ def group_redo_overrides(*, group: TrajectoryGroup) -> list[ScoreOverride]:
 
 def run_pending_overrides(*, run: Run) -> dict[str, Any] | None:
     """Human scores on steps that have not trained yet (None if there are none or the run has ended): what a
-    person must be told before the run is parked or resumed, since either may roll those steps out again."""
-    if run.is_final:
+    person must be told before the run is parked or resumed, since either may roll those steps out again.
+    Only steps whose fate (webapp/review_state.py, as every card says) is a redo, now or after a park, count:
+    a paused run's, a parked one's, and a failed or crashed one's, whose Resume starts from its checkpoint."""
+    if run.status not in (RunStatus.PAUSED, RunStatus.FAILED, RunStatus.CRASHED):
         return None
-    pending = (Trajectory.objects.filter(group__run=run, override_score__isnull=False,
-                                         group__step_index__gt=run.reviewed_through_step)
-               .values_list("group__step_index", flat=True))
+    pending = [step for step in (Trajectory.objects.filter(group__run=run, override_score__isnull=False,
+                                                           group__step_index__gt=run.reviewed_through_step)
+                                 .values_list("group__step_index", flat=True))
+               if step_fate(run, step) in ("redo", "redo_if_parked")]
     steps = sorted(set(pending))
     if not steps:
         return None
-    return {"count": len(pending), "steps": steps, "parked": run.worker == PARKED}
+    checkpoint = run.checkpoints.order_by("-step_index").values_list("step_index", flat=True).first()
+    return {"count": len(pending), "steps": steps, "parked": run.worker == PARKED,
+            "stopped": run.status in (RunStatus.FAILED, RunStatus.CRASHED), "checkpoint": checkpoint}
+
+
+def run_review_waiting_step(*, run: Run) -> int | None:
+    """The step a gated run's engine holds at its review, scored and not approved (the engine asked for it after
+    it last started, and nobody approved or was handed it since); None otherwise. A run paused before that review
+    began stays paused (live/ingest.py), and Resume then opens the review instead of training the step."""
+    if not run.review_gate or run.worker == PARKED:
+        return None
+    started = run.events.filter(kind="run_started").order_by("-seq").values_list("seq", flat=True).first() or 0
+    asked = (run.events.filter(kind="review_requested", seq__gt=started).order_by("-seq")
+             .values_list("payload", flat=True).first())
+    step = int((asked or {}).get("step") or 0)
+    return step if step > max(run.review_approved_step, run.reviewed_through_step) else None
 
 
 def run_overrides(*, run: Run, limit: int = 200) -> QuerySet[ScoreOverride]:
@@ -382,6 +401,20 @@ def _disagrees(trajectories: list[Trajectory]) -> bool:
         return False
     report = compare([[_machine(t) for t in labelled]], [[t.override_score for t in labelled]])
     return report.pairwise is not None and report.pairwise < 1.0
+
+
+def playground_source_run(*, project: Project, run_id: int | None, group_ids: list[int]) -> Run | None:
+    """The run the playground re-scores: the run filtered on, or the one run every picked group comes from; None
+    when the groups come from several runs (or none). Its rubric version and judge are the page's defaults, so a
+    re-score compares against what that run was scored with, not whatever was made last."""
+    if run_id is None:
+        run_ids = set(TrajectoryGroup.objects.filter(run__project=project, pk__in=group_ids)
+                      .values_list("run_id", flat=True))
+        run_id = run_ids.pop() if len(run_ids) == 1 else None
+    if run_id is None:
+        return None
+    return (Run.objects.filter(project=project, pk=run_id)
+            .select_related("rubric_version__rubric", "judge_config").first())
 
 
 def playground_groups(*, project: Project, run_id: int | None = None, step: int | None = None, labelled: str = "",

@@ -15,6 +15,7 @@ from judging.labels import mentions_judge_ids, relabel
 from judging.prompt import canonical
 from webapp.models import Run, RunStatus, ScoreOverride, Trajectory, TrajectoryGroup
 from webapp.models.runs import trajectory_label
+from webapp.review_state import step_fate_note
 
 
 def _trained(run: Run, step: int) -> tuple[bool, bool]:
@@ -44,7 +45,7 @@ def trajectory_rewards(*, run: Run, trajectories: Iterable[Trajectory]) -> dict[
         if t.error or t.reward is None:
             note = "failed: no reward, nothing trained"
         elif not trained:
-            note = f"not trained yet: the step will train on {effective:.3f}"
+            note = step_fate_note(run, steps[t.group_id], effective)
         elif trained_reward == effective:
             note = f"trained on {trained_reward:.3f}"
         else:

@@ -194,6 +194,9 @@ def run_settings(*, run: Run) -> list[dict[str, Any]]:
         {"title": "Model", "rows": [
             ("Agent", f"{run.agent.name} v{run.agent_version}"), ("Base model", c.get("base_model_name") or c.get("base_model")), ("System prompt", c.get("system_prompt") or "(none)"),
             ("Environment", env.get("kind")), ("Device", c.get("device")),
+            # Which chat family renders the model's turns, and whether a reasoning model thinks (Qwen3).
+            ("Chat", "; ".join([(c.get("chat") or {}).get("family") or "family from the model's template",
+                                f"reasoning {(c.get('chat') or {}).get('reasoning', 'keep')}"])),
             ("Sampling", f"temperature {sampling.get('temperature')}, top_p {sampling.get('top_p')}, "
                          f"max_tokens {sampling.get('max_tokens')}"),
             ("LoRA", f"rank {lora.get('r')}, alpha {lora.get('alpha')}")]},
@@ -204,12 +207,12 @@ def run_settings(*, run: Run) -> list[dict[str, Any]]:
             ("Review gate", "on" if run.review_gate else "off"),
             ("Started from", _fork_origin(run))]},
         {"title": "Scenarios", "rows": [
-            ("Scenario set", f"{run.scenario_set.name} (as at launch)"),
+            ("Scenario set", f"{run.scenario_set.name} (as at launch)" if run.scenario_set else "none"),
             ("Training scenarios", _id_list(scenarios)), ("Held-out scenarios", held_out and _id_list(held_out))]},
     ]
     if run.kind == "sft":  # what it teaches from and how, instead of GRPO's groups
         sections[1:] = [_sft_section(run, c), {"title": "Held-out scenarios", "rows": [
-            ("Scenario set", f"{run.scenario_set.name} (as at launch)"),
+            ("Scenario set", f"{run.scenario_set.name} (as at launch)" if run.scenario_set else "none"),
             ("Win rate against the base on", held_out and _id_list(held_out) or "none (no validation scenarios)")]}]
     if judge:
         sections.append({"title": "Judge", "rows": [

@@ -6,7 +6,7 @@ from typing import Any
 from django.utils import timezone
 
 from training.types import trajectory_label
-from webapp.models import ProjectServer, TrySession
+from webapp.models import Checkpoint, ProjectServer, TrySession
 
 
 def server_line(*, server: ProjectServer | None, session: TrySession | None = None) -> str:
@@ -30,15 +30,23 @@ def server_line(*, server: ProjectServer | None, session: TrySession | None = No
 
 def try_session_view(*, session: TrySession) -> dict[str, Any]:
     results = session.judge_results or []
+    checkpoints = Checkpoint.objects.select_related("run").in_bulk(
+        [c["checkpoint_id"] for c in session.columns if c.get("checkpoint_id")])
     columns = []
     for i, (column, answer) in enumerate(zip(session.columns, session.answers)):
+        checkpoint = checkpoints.get(column.get("checkpoint_id"))
+        # Which model answers, in words: the base, or which run's checkpoint at which step.
+        source = "base model, no checkpoint" if not column.get("checkpoint_id") else (
+            f"checkpoint of run {checkpoint.run.name}, step {checkpoint.step_index}" if checkpoint
+            else "checkpoint (deleted since)")
         messages = [m for m in answer.get("messages") or [] if isinstance(m, dict)]
         shown = messages[1:] if messages and messages[0].get("role") == "system" else messages
         final = next((str(m.get("content")) for m in reversed(messages)
                       if m.get("role") == "assistant" and m.get("content")), "")
-        columns.append({"index": i, "letter": trajectory_label(i), "label": column["label"],
+        columns.append({"index": i, "letter": trajectory_label(i), "label": column["label"], "source": source,
                         "checkpoint_id": column.get("checkpoint_id"), "status": answer.get("status", "waiting"),
                         "messages": shown, "final": final, "error": answer.get("error") or "",
                         "seconds": answer.get("seconds"), "judged": results[i] if i < len(results) else None})
     return {"columns": columns, "server_line": server_line(server=session.server, session=session),
-            "answered": sum(c["status"] == "done" for c in columns)}
+            "answered": sum(c["status"] == "done" for c in columns),
+            "answering": any(c["status"] == "answering" for c in columns)}

@@ -55,7 +55,7 @@ def project_usage(*, project: Project) -> list[dict[str, Any]]:
     used = {"dataset_rows": rows, "dataset_bytes": size,
             "dataset_versions": dataset_versions_usage(project=project),
             "recorded_calls": recorded_calls_usage(project=project), "exports": exports_usage(project=project),
-            "checkpoint_bytes": checkpoint_bytes_usage(project=project)}
+            "checkpoint_bytes": checkpoint_bytes_usage(project=project), "webhooks": project.webhooks.count()}
     limits = project_limits()
     return [{"name": name, "label": LABELS[name], "usage": value, "limit": getattr(limits, name),
              "bytes": name in BYTE_LIMITS, "share": value / getattr(limits, name)} for name, value in used.items()]

@@ -6,6 +6,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404
 
 from webapp.models import Membership, Project, Role
+from webapp.wording import with_article
 
 
 def role_of(*, user, project: Project) -> str | None:
@@ -22,5 +23,5 @@ def require_role(*, user, project: Project, role: str) -> str:
     if have is None:
         raise Http404("no such project")
     if Role.rank(have) < Role.rank(role):
-        raise PermissionDenied(f"this needs the {role} role in project {project.name!r}; you are a {have}")
+        raise PermissionDenied(f"this needs the {role} role in project {project.name!r}; you are {with_article(have)}")
     return have

@@ -16,6 +16,7 @@ from webapp.models import Project, Role
 from webapp.models.datasets import Dataset, DatasetRow, DatasetVersion
 from webapp.selectors.usage import dataset_rows_usage, dataset_versions_usage
 from webapp.services.access import require_role
+from webapp.services.dataset_fit import conversations_over_context
 from webapp.storable import holds_nul
 
 UPLOAD_MODES = ("append", "replace")
@@ -33,9 +34,11 @@ def dataset_create(*, user, project: Project, name: str, description: str = "") 
     return dataset
 
 
-def dataset_upload(*, user, dataset: Dataset, file_name: str, data: bytes, mode: str = "append") -> DatasetVersion:
+def dataset_upload(*, user, dataset: Dataset, file_name: str, data: bytes, mode: str = "append",
+                   model: str = "") -> DatasetVersion:
     """A new version from a JSONL upload: the latest version's rows and the file's (`append`), or the file's
-    alone (`replace`). Any bad row refuses the whole file, each problem listed by line and field."""
+    alone (`replace`). Any bad row refuses the whole file, each problem listed by line and field. `model` (a
+    catalogue name): each conversation is counted with its tokenizer and must fit its context."""
     from training.sft_data import parse_jsonl
 
     require_role(user=user, project=dataset.project, role=Role.EDITOR)
@@ -45,17 +48,24 @@ def dataset_upload(*, user, dataset: Dataset, file_name: str, data: bytes, mode:
         raise ValidationError({"file": [f"the file is larger than {settings.STUDIO_MAX_UPLOAD_BYTES:,} bytes; "
                                         "split it into several uploads (append)"]})
     # parse_jsonl refuses a line nested deeper than training.sft_data.MAX_DEPTH, naming it, before decoding it.
-    conversations, errors = parse_jsonl(data, max_rows=settings.STUDIO_MAX_UPLOAD_ROWS)
+    conversations, errors = parse_jsonl(data, max_rows=settings.STUDIO_MAX_UPLOAD_ROWS,
+                                        max_line_bytes=settings.STUDIO_MAX_CONVERSATION_BYTES)
     if errors:
         raise ValidationError({"file": [f"{file_name}: {e}" for e in errors]})
     rows = [{**c.to_json(), "metadata": {"file": file_name[:200], "line": None}} for c in conversations]
     _number_lines(rows, data)
     if any(holds_nul(r) for r in rows):  # "\u0000" escapes pass JSON parsing; PostgreSQL's JSON refuses them
         raise ValidationError({"file": [f"{file_name}: a row holds a null character (U+0000); remove it"]})
+    fit = ""
+    if model:
+        too_long, fit = conversations_over_context(model=model, conversations=conversations,
+                                                   places=[f"line {r['metadata']['line']}" for r in rows])
+        if too_long:
+            raise ValidationError({"file": [f"{file_name}: {p}" for p in too_long]})
     verb = "appended" if mode == "append" and dataset.versions.exists() else "uploaded"
     return dataset_version_create(user=user, dataset=dataset, rows=rows, source=DatasetVersion.Source.UPLOAD,
                                   note=f"{verb} {len(rows)} conversation{'s' if len(rows) != 1 else ''} from "
-                                       f"{file_name[:200]}", append=mode == "append")
+                                       f"{file_name[:200]}" + (f" ({fit})" if fit else ""), append=mode == "append")
 
 
 def _number_lines(rows: list[dict[str, Any]], data: bytes) -> None:

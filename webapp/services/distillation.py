@@ -37,6 +37,7 @@ from webapp.services.run_config import judge_options
 from webapp.services.serving import (project_server_request, project_server_touch, project_server_wait,
                                      served_adapter_name, serving_adapters_load)
 from webapp.storable import storable
+from webapp.wording import with_article
 
 log = logging.getLogger(__name__)
 ENVIRONMENTS = ("chat", "tools", "game_2048")  # rolled out by a judge-queue worker: no tool server to start
@@ -187,6 +188,7 @@ async def _distil(job: Distillation, served: Any, model: str, beat: "_Beat") -> 
     from training.distill import distil
     from training.environments import RolloutConfig, get_environment, parse_options
     from training.types import Scenario as EngineScenario
+    from webapp.judge_budget import judge_key_budget
 
     config = job.config
     env = get_environment(config["environment"]["kind"])
@@ -196,7 +198,7 @@ async def _distil(job: Distillation, served: Any, model: str, beat: "_Beat") -> 
         model=job.teacher.model, params=judge_request_params(judge=job.teacher),
         budget_usd=float(job.teacher.budget_usd) if job.teacher.budget_usd is not None else None,
         concurrency=job.teacher.concurrency)
-    scorer = judge_scorer_from_config(config["judge"], api_key=_judge_key(job.judge_config))
+    scorer = judge_scorer_from_config(config["judge"], api_key=_judge_key(job.judge_config), budget=judge_key_budget())
     judge_budget = float(job.judge_config.budget_usd) if job.judge_config.budget_usd is not None else None
     judge = {"requests": 0, "cache_hits": 0, "prompt_tokens": 0, "completion_tokens": 0, "cost_usd": 0.0,
              "unpriced_requests": 0}
@@ -301,7 +303,8 @@ def distillation_cancel(*, user, distillation: Distillation) -> None:
     if not Distillation.objects.filter(pk=distillation.pk, status__in=CANCELLABLE).update(
             status=Distillation.Status.CANCELLED, finished_at=timezone.now()):
         distillation.refresh_from_db(fields=["status"])
-        raise ValidationError(f"a {distillation.get_status_display().lower()} distillation cannot be cancelled")
+        raise ValidationError(
+            f"{with_article(distillation.get_status_display().lower())} distillation cannot be cancelled")
 
 
 def distillation_draft_update(*, user, draft: DistillationDraft, action: str, messages: Any = None) -> None:
@@ -311,7 +314,7 @@ def distillation_draft_update(*, user, draft: DistillationDraft, action: str, me
     job = draft.distillation
     require_role(user=user, project=job.project, role=Role.EDITOR)
     if job.status not in REVIEWABLE:
-        raise ValidationError(f"a {job.get_status_display().lower()} distillation's drafts cannot change")
+        raise ValidationError(f"{with_article(job.get_status_display().lower())} distillation's drafts cannot change")
     if draft.status == DistillationDraft.Status.REJECTED:
         raise ValidationError("no answer reached the threshold for this scenario: there is no draft to change")
     if action == "drop":
@@ -335,7 +338,7 @@ def distillation_accept(*, user, distillation: Distillation) -> DatasetVersion:
     with transaction.atomic():
         job = Distillation.objects.select_for_update().select_related("dataset").get(pk=distillation.pk)
         if job.status not in REVIEWABLE:
-            raise ValidationError(f"a {job.get_status_display().lower()} distillation cannot be accepted")
+            raise ValidationError(f"{with_article(job.get_status_display().lower())} distillation cannot be accepted")
         teacher = job.config.get("teacher", {}).get("model", "")
         drafts = list(job.drafts.filter(status=DistillationDraft.Status.PENDING).order_by("index"))
         if not drafts:

@@ -6,6 +6,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from training.examples import EXAMPLES
+from webapp.model_catalogue import base_model_choices
 from webapp.models import Agent, Project, Role, Scenario, ScenarioSet
 from webapp.services.access import require_role
 from webapp.services.catalogue import agent_create, scenario_set_create
@@ -16,12 +17,27 @@ def _free_name(model, project: Project, title: str) -> str:
     return next(name for n in range(1, len(taken) + 2) if (name := title if n == 1 else f"{title} ({n})") not in taken)
 
 
+def example_base_model(*, example: str) -> str | None:
+    """The model an agent from this example gets when none is chosen: the one warmed up for it where this
+    deployment offers it, else the deployment's only model; None when neither (a person must choose)."""
+    spec = EXAMPLES.get(example)
+    offered = [name for name, _ in base_model_choices()]
+    if spec is not None and spec.model in offered:
+        return spec.model
+    return offered[0] if len(offered) == 1 else None
+
+
 def agent_from_example(*, user, project: Project, example: str, base_model: str, scenarios: int,
                        held_out: int) -> tuple[Agent, ScenarioSet]:
+    """`base_model` "" takes the example's own model (example_base_model)."""
     require_role(user=user, project=project, role=Role.EDITOR)
     if example not in EXAMPLES:
         raise ValidationError({"example": [f"no example {example!r}; choose one of {', '.join(EXAMPLES)}"]})
     spec = EXAMPLES[example]
+    base_model = base_model or example_base_model(example=example) or ""
+    if not base_model:
+        raise ValidationError({"base_model": [f"this deployment does not offer {spec.title!r}'s warmed-up model "
+                                              f"({spec.model or 'none'}): choose a model"]})
     try:
         train, evaluation = spec.scenarios(scenarios, held_out)
     except ValueError as err:

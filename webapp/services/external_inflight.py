@@ -72,3 +72,20 @@ def inflight_count(*, scope: str) -> int:
         with _local_lock:
             return sum(v > now for v in _local.get(scope, {}).values())
     return int(_redis(settings.REDIS_URL).zcount(_key(scope), now, "+inf"))
+
+
+def inflight_totals() -> dict[str, int]:
+    """Calls in flight now per kind of scope (`run`, `project-server`): across every web process with Redis, this
+    process's without it. Read by /metrics (webapp/operations/metrics.py)."""
+    now, totals = time.time(), {}
+    if not settings.REDIS_URL:
+        with _local_lock:
+            for scope, slots in _local.items():
+                kind = scope.partition(":")[0]
+                totals[kind] = totals.get(kind, 0) + sum(v > now for v in slots.values())
+        return totals
+    client, prefix = _redis(settings.REDIS_URL), _key("")
+    for key in client.scan_iter(match=f"{prefix}*", count=500):
+        kind = key.decode()[len(prefix):].partition(":")[0]
+        totals[kind] = totals.get(kind, 0) + int(client.zcount(key, now, "+inf"))
+    return totals

@@ -28,6 +28,7 @@ from training.external import group_opening, sse_chunks
 from webapp.limits import limit_check
 from webapp.models import ExternalGroup, ExternalTrajectory, Run, RunEvent
 from webapp.models.runs import ACTIVE_STATUSES
+from webapp.operations.counters import ENDPOINT_CALLS_REFUSED
 from webapp.selectors.external import rollouts_open_step, rollouts_wanted_latest
 from webapp.selectors.usage import recorded_calls_usage
 from webapp.services.external import ExternalRefusal, NotServing
@@ -197,6 +198,7 @@ def call_slot(scope: str, hold_s: float, who: str) -> str:
     """An in-flight slot of `scope`; TooManyInFlight (429) beyond STUDIO_EXTERNAL_MAX_IN_FLIGHT."""
     slot = inflight_acquire(scope=scope, cap=settings.STUDIO_EXTERNAL_MAX_IN_FLIGHT, hold_s=hold_s)
     if slot is None:
+        ENDPOINT_CALLS_REFUSED.labels("in_flight").inc()
         raise TooManyInFlight(f"{who} has {settings.STUDIO_EXTERNAL_MAX_IN_FLIGHT} calls waiting on its inference "
                               "server already (STUDIO_EXTERNAL_MAX_IN_FLIGHT): retry when one is answered")
     return slot

@@ -51,7 +51,8 @@ def worker_gpus_for_launch() -> tuple[str, list[Any], float | None]:
 
 def run_config_memory_plan(*, config: dict[str, Any]) -> dict[str, Any]:
     """The plan of a built run config on the workers' GPUs, as the launch page shows it: `gpus` (a sentence),
-    `lines` (the plan), `fits` (True/False, None when there is nothing to judge against), `refusal`."""
+    `lines` (the plan), `fits` (True/False, None when there is nothing to judge against), `refusal`, and
+    `checkpointing` (whether gradient checkpointing will be on, and why)."""
     from training.config import parse_run_config
     from training.errors import TrainingError
     from training.memory_plan import gib, plan_memory, read_shape
@@ -67,13 +68,15 @@ def run_config_memory_plan(*, config: dict[str, Any]) -> dict[str, Any]:
         config_model = parse_run_config(config)
         if config_model.device == "cpu":  # the deployment trains on CPU: no GPU to plan for
             return {"gpus": "runs train on the CPU (device: cpu)", "lines": [], "fits": None, "refusal": None,
-                    "problem": None}
+                    "problem": None, "checkpointing": None}
         plan = plan_memory(config_model, read_shape(config_model.base_model), [g.total for g in gpus])
     except TrainingError as err:
-        return {"gpus": summary, "lines": [], "fits": None, "refusal": None, "problem": str(err)}
+        return {"gpus": summary, "lines": [], "fits": None, "refusal": None, "problem": str(err),
+                "checkpointing": None}
     fits = plan.fits if gpus else None
     return {"gpus": summary, "lines": plan.lines() if gpus else [], "fits": fits,
-            "refusal": plan.refusal() if gpus else None, "problem": None}
+            "refusal": plan.refusal() if gpus else None, "problem": None,
+            "checkpointing": f"{'on' if plan.gradient_checkpointing else 'off'} ({plan.checkpointing_reason})"}
 
 
 def run_config_memory_refusal(*, config: dict[str, Any]) -> str | None:
@@ -88,12 +91,12 @@ def agent_memory_plan_preview(*, agent: Any) -> dict[str, Any] | None:
     if agent is None:
         return None
     from webapp.model_catalogue import BaseModelChoiceError, resolve_base_model
-    from webapp.services.run_config import deep_merge
+    from webapp.services.config_merge import deep_merge
 
     try:
         source = resolve_base_model(agent.base_model).source
     except BaseModelChoiceError as err:  # the launch refuses it too, naming the agent
-        return {"gpus": "", "lines": [], "fits": None, "refusal": None, "problem": str(err)}
+        return {"gpus": "", "lines": [], "fits": None, "refusal": None, "problem": str(err), "checkpointing": None}
     config = deep_merge({"base_model": source, "scenarios": [{"id": "preview", "user_message": "-"}]},
                         dict(settings.STUDIO_RUN_WORKER_CONFIG))
     return run_config_memory_plan(config=config)

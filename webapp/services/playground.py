@@ -99,12 +99,15 @@ def _scorer(rescore: Rescore) -> Any:
     candidate's rubric, model, temperature and passes: one request builder and one set of litellm parameters
     for both, so a rank change is the rubric's doing, not the request's."""
     from studio.scoring import judge_scorer_from_config
+    from webapp.judge_budget import judge_key_budget
 
     judge = rescore.judge_config
     options = judge_options(judge=judge, rubric_text=rescore.rubric_text, criteria=rescore.criteria or None,
                             api_key_env=judge.api_key_env or None, model=rescore.judge_model,
                             temperature=rescore.temperature, passes=rescore.passes)
-    return judge_scorer_from_config(options, api_key=_judge_key(judge))
+    # Within the budget its key shares with the runs (webapp/judge_budget.py): re-scoring slows them down, never
+    # pushes the key past its limit.
+    return judge_scorer_from_config(options, api_key=_judge_key(judge), budget=judge_key_budget())
 
 
 def _engine_group(group: TrajectoryGroup, trajectories: list[Trajectory]) -> Any:

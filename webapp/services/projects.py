@@ -13,6 +13,18 @@ from webapp.models import Membership, Project, Role
 from webapp.services.access import require_role
 
 
+def project_queue_priority_set(*, user, project: Project, priority: int) -> None:
+    """The project's queue priority (webapp/queue_policy.py): its owner's choice, within the deployment's bounds.
+    Editors who do not own the project are refused: the priority weighs against every other project's runs."""
+    from django.core.exceptions import PermissionDenied
+
+    from webapp.queue_policy import priority_check
+
+    if getattr(user, "pk", None) != project.owner_id:
+        raise PermissionDenied("only the project's owner sets its queue priority")
+    Project.objects.filter(pk=project.pk).update(queue_priority=priority_check(int(priority)))
+
+
 @transaction.atomic
 def project_create(*, owner, name: str, description: str = "") -> Project:
     project = Project(owner=owner, name=name.strip(), description=description)

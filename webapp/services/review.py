@@ -13,11 +13,15 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models import Max
 
 from webapp.live.ingest import run_override_publish, run_status_publish
 from webapp.live.override_redo import group_follow_effective
 from webapp.models import Role, Run, RunStatus, ScoreOverride, Trajectory, TrajectoryGroup
+from webapp.models.runs import PARKED
 from webapp.services.access import require_role
+from webapp.services.runs import run_enqueue
+from webapp.wording import with_article
 
 REASON_MAX = 2000
 
@@ -109,12 +113,22 @@ def run_review_approve(*, user, run: Run) -> None:
     """awaiting_review → running: the engine receives the step's effective rewards and trains on them."""
     require_role(user=user, project=run.project, role=Role.REVIEWER)
     name = getattr(user, "username", "") or "a reviewer"
+    # The step under review is the newest one with groups: a gated run rolls out nothing more until it trains.
+    step = TrajectoryGroup.objects.filter(run_id=run.pk).aggregate(step=Max("step_index"))["step"] or 0
     with transaction.atomic():
-        updated = Run.objects.filter(pk=run.pk, status=RunStatus.AWAITING_REVIEW).update(
-            status=RunStatus.RUNNING, phase=f"review approved by {name}; training")
+        awaiting = Run.objects.filter(pk=run.pk, status=RunStatus.AWAITING_REVIEW)
+        # A parked run (its engine stopped to free the worker) goes back to the queue, where its lower id puts
+        # it ahead of every run launched after it; its next engine trains the same groups on these rewards.
+        parked = awaiting.filter(worker=PARKED).update(
+            status=RunStatus.QUEUED, worker="", review_approved_step=step, cancel_requested=False,
+            phase=f"review approved by {name}; waiting for a worker to train step {step} on the reviewed rewards")
+        updated = parked or awaiting.update(status=RunStatus.RUNNING, review_approved_step=step,
+                                            phase=f"review approved by {name}; training")
         if not updated:
-            raise ValidationError(f"a {run.get_status_display().lower()} run has no review to approve")
+            raise ValidationError(f"{with_article(run.get_status_display().lower())} run has no review to approve")
         run_status_publish(run_id=run.pk)
+        if parked:
+            run_enqueue(run=run)
 
 
 def run_review_rewards(*, run_id: int, step: int) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from django.core.exceptions import ValidationError
 from webapp.model_catalogue import BaseModelChoiceError, ResolvedModel, resolve_base_model
 from webapp.models import Agent, Checkpoint, JudgeConfig, RubricVersion, Scenario, ScenarioSet
 from webapp.run_policy import override_problems
+from webapp.services.config_merge import deep_merge
 from webapp.services.mcp_servers import mcp_agent_environment_options
 
 # Launch-form defaults sized for a CPU laptop; the advanced JSON can change the training settings of
@@ -56,26 +57,18 @@ def judge_options(*, judge: JudgeConfig, rubric_text: str | None, criteria: list
     return options
 
 
-def deep_merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in overrides.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = deep_merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
-
-
-def run_config_build(*, name: str, agent: Agent, scenario_set: ScenarioSet, rubric_version: RubricVersion | None,
-                     judge: JudgeConfig | None, steps: int, group_size: int, groups_per_step: int,
-                     learning_rate: float, seed: int = 0, overrides: dict[str, Any] | None = None,
-                     parent: Checkpoint | None = None) -> dict[str, Any]:
+def run_config_build(*, name: str, agent: Agent, scenario_set: ScenarioSet | None,
+                     rubric_version: RubricVersion | None, judge: JudgeConfig | None, steps: int, group_size: int,
+                     groups_per_step: int, learning_rate: float, seed: int = 0,
+                     overrides: dict[str, Any] | None = None, parent: Checkpoint | None = None,
+                     kind: str = "grpo") -> dict[str, Any]:
     """Returns RunConfig.model_dump(mode="json"); raises ValidationError naming the bad key. `overrides`: what a
     person sent, training settings only (webapp/run_policy.py). `parent`: a fork's checkpoint: the run starts from
     its adapter, its path read here, with the parent's model, prompt, environment (its frozen MCP server
     included), sampling and adapter shape as the parent's config froze them. The inference server and the
     devices are the deployment's (STUDIO_RUN_WORKER_CONFIG); the output directory is a new one under
-    STUDIO_RUNS_DIR."""
+    STUDIO_RUNS_DIR. `kind="sft"`: the scenarios only serve its held-out win rate, so it may have none (no
+    scenario set, or one without training scenarios); services/sft_runs.py makes the SFT config of it."""
     from training import TrainingError
     from training.config import parse_run_config
 
@@ -84,15 +77,19 @@ def run_config_build(*, name: str, agent: Agent, scenario_set: ScenarioSet, rubr
     scenarios = [
         {"id": s.external_id, "user_message": s.user_message, "context": s.context or None,
          "reference": s.reference or None, "metadata": s.metadata}
-        for s in scenario_set.scenarios.filter(split=Scenario.Split.TRAIN, retired=False).order_by("id")
+        for s in (scenario_set.scenarios.filter(split=Scenario.Split.TRAIN, retired=False).order_by("id")
+                  if scenario_set is not None else [])
     ]
-    if not scenarios:
+    if scenario_set is None and kind != "sft":
+        raise ValidationError({"scenario_set": ["choose the scenario set the run rolls out"]})
+    if not scenarios and kind != "sft":
         raise ValidationError({"scenario_set": ["this scenario set has no training scenarios; add or upload some"]})
     # Validation scenarios are the held-out set: never trained on, answered by checkpoint and base at evaluations.
     held_out = [
         {"id": s.external_id, "user_message": s.user_message, "context": s.context or None,
          "reference": s.reference or None, "metadata": s.metadata}
-        for s in scenario_set.scenarios.filter(split=Scenario.Split.VALIDATION).order_by("id")
+        for s in (scenario_set.scenarios.filter(split=Scenario.Split.VALIDATION).order_by("id")
+                  if scenario_set is not None else [])
     ]
     if judge is None and rubric_version is not None:
         raise ValidationError({"judge_config": ["a rubric needs a judge to apply it; choose a judge or no rubric"]})
@@ -104,17 +101,23 @@ def run_config_build(*, name: str, agent: Agent, scenario_set: ScenarioSet, rubr
         "name": config_name(name),
         "base_model": model.source if model else "",
         "base_model_name": model.name if model else None,
+        # The catalogue names the chat family of a model whose template is not recognised (training/chat_templates).
+        "chat": {"family": model.chat_template} if model and model.chat_template else {},
         "system_prompt": agent.system_prompt,
         "scenarios": scenarios,
         "sampling": {"temperature": agent.temperature, "top_p": agent.top_p, "max_tokens": agent.max_tokens},
         "grpo": {"group_size": group_size, "groups_per_step": groups_per_step, "learning_rate": learning_rate},
         "steps": steps,
         "seed": seed,
+        # the deployment's checkpoint retention, frozen into the run (a launch's overrides may change it)
+        "retention": {"keep_last": settings.STUDIO_CHECKPOINT_KEEP_LAST},
         "output_dir": str(settings.STUDIO_RUNS_DIR / f"{config_name(name)}-{uuid.uuid4().hex[:12]}"),
         "judge": judge_options(judge=judge, rubric_text=rubric_version.text if rubric_version else None,
                                criteria=rubric_version.criteria if rubric_version else None,
                                api_key_env=api_key_env) if judge else None,
     }
+    if model and model.tool_parser:  # the catalogue's tool-call parser for the model (vLLM's --tool-call-parser)
+        data["server"] = {"tool_call_parser": model.tool_parser}
     if parent is not None:
         # The adapter belongs to the model, prompt and environment the parent trained, whatever the agent has
         # been edited to since; a stored config is a snapshot, so its values are taken as stored.
@@ -127,6 +130,8 @@ def run_config_build(*, name: str, agent: Agent, scenario_set: ScenarioSet, rubr
     if held_out:
         data["scenarios"] = scenarios + held_out
         data["evaluation"] = {"held_out_ids": [h["id"] for h in held_out]}
+    if kind == "sft":  # trains on conversations: no scenario to roll out is needed (sft_run_config completes it)
+        data["kind"] = "sft"
     data = deep_merge(data, copy.deepcopy(settings.STUDIO_RUN_WORKER_CONFIG))  # copies: _serve_the_adapter writes
     data = deep_merge(data, copy.deepcopy(overrides or {}))
     _serve_the_adapter(data)
@@ -139,7 +144,7 @@ def run_config_build(*, name: str, agent: Agent, scenario_set: ScenarioSet, rubr
 
 
 # What a fork takes from its parent's frozen config (the rest is the fork's form, overrides and deployment).
-FORK_CARRIED = ("base_model", "base_model_name", "system_prompt", "environment", "lora", "sampling")
+FORK_CARRIED = ("base_model", "base_model_name", "chat", "system_prompt", "environment", "lora", "sampling")
 
 
 def agent_base_model_resolve(*, agent: Agent) -> ResolvedModel:
@@ -182,6 +187,20 @@ def run_model_problems(*, config: dict[str, Any], tools: list[dict[str, Any]] | 
     return preflight(parse_run_config(config), tools=tools)
 
 
+def _launch_model_problems(*, config: dict[str, Any], tools: list[dict[str, Any]] | None) -> list[str]:
+    """run_model_problems at launch. A hub model the workers fetch (webapp/execution/model_fetch.py) is checked
+    in their shared cache when it is there already; when it is not, the worker checks it after fetching it."""
+    from training.hub import cached_snapshot
+    from webapp.execution.model_fetch import hub_model
+
+    if (repo_id := hub_model(config)) is None:
+        return run_model_problems(config=config, tools=tools)
+    if (snapshot := cached_snapshot(repo_id, settings.STUDIO_MODEL_CACHE_DIR)) is None:
+        return []
+    return [p.replace(str(snapshot), repo_id) for p in
+            run_model_problems(config={**config, "base_model": str(snapshot)}, tools=tools)]
+
+
 def judge_key_problem(*, judge: JudgeConfig | None, environ: Mapping[str, str], where: str) -> str | None:
     """Why the judge's key variable cannot be read in `environ` (the environment runs execute in), or None."""
     name = judge.api_key_env if judge is not None else ""
@@ -205,7 +224,7 @@ def run_launch_check(*, config: dict[str, Any], judge: JudgeConfig | None,
     if judge is None and scored and needs_judge(environment.get("kind", ""), environment.get("options") or {}):
         errors["judge_config"] = [f"this agent's environment ({environment.get('kind')}) gives its answers no "
                                   "reward of its own: choose a judge to score them"]
-    if settings.STUDIO_MODEL_CHECK == "launch" and (problems := run_model_problems(config=config, tools=tools)):
+    if settings.STUDIO_MODEL_CHECK == "launch" and (problems := _launch_model_problems(config=config, tools=tools)):
         errors["agent"] = problems
     if settings.STUDIO_MODEL_CHECK == "launch" and not errors.get("agent"):
         from webapp.services.gpu_plans import run_config_memory_refusal

@@ -6,6 +6,7 @@ never both win; each accepted transition is also appended as a `status` RunEvent
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from datetime import timedelta
 from typing import Any
 
@@ -18,11 +19,14 @@ from django.utils import timezone
 from webapp.execution.dispatch import RUN_EXECUTE, work_enqueue
 from webapp.live.ingest import run_status_publish
 from webapp.limits import limit_check
+from webapp.queue_policy import claim_order, project_capped, queue_read
 from webapp.models import (Agent, Checkpoint, DatasetVersion, JudgeConfig, Project, Role, RubricVersion, Run,
                            RunStatus, ScenarioSet)
 from webapp.models.runs import ACTIVE_STATUSES, PARKED
+from webapp.review_state import pause_phase
 from webapp.run_policy import text_for_people, worker_paths
 from webapp.selectors.prompt_budget import launch_tools
+from webapp.selectors.review import run_review_waiting_step
 from webapp.selectors.usage import checkpoint_bytes_usage
 from webapp.services.access import require_role
 from webapp.services.judge_probe import judge_config_reachable_check
@@ -30,6 +34,7 @@ from webapp.services.mcp_servers import mcp_agent_run_secrets
 from webapp.services.run_config import run_config_build, run_launch_check
 from webapp.services.sft_runs import sft_run_config
 from webapp.services.trackers import run_trackers_chosen, run_trackers_config, trackers_available
+from webapp.wording import with_article
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +77,7 @@ def _same_project(project: Project, **objects: Any) -> None:
             raise ValidationError({field: ["choose one from this project"]})
 
 
-def run_launch(*, user, project: Project, name: str, agent: Agent, scenario_set: ScenarioSet,
+def run_launch(*, user, project: Project, name: str, agent: Agent, scenario_set: ScenarioSet | None,
                rubric_version: RubricVersion | None = None, judge_config: JudgeConfig | None = None,
                steps: int, group_size: int, groups_per_step: int, learning_rate: float, seed: int = 0,
                overrides: dict[str, Any] | None = None, review_gate: bool = False,
@@ -109,7 +114,7 @@ def run_launch(*, user, project: Project, name: str, agent: Agent, scenario_set:
     config = run_config_build(name=name, agent=agent, scenario_set=scenario_set, rubric_version=rubric_version,
                               judge=judge_config, steps=steps, group_size=group_size,
                               groups_per_step=groups_per_step, learning_rate=learning_rate, seed=seed,
-                              overrides=overrides, parent=parent_checkpoint)
+                              overrides=overrides, parent=parent_checkpoint, kind=kind)
     if kind == "sft":
         if review_gate:
             raise ValidationError({"review_gate": ["an SFT run scores nothing, so there is nothing to review"]})
@@ -149,14 +154,17 @@ def run_launch(*, user, project: Project, name: str, agent: Agent, scenario_set:
 
 def run_fork(*, user, checkpoint: Checkpoint, name: str, rubric_version: RubricVersion | None,
              judge_config: JudgeConfig | None, steps: int, learning_rate: float | None = None,
-             overrides: dict[str, Any] | None = None, review_gate: bool = False) -> Run:
-    """A new run from `checkpoint`'s adapter with the parent's agent, scenarios and sizes, and a changed rubric,
-    judge or training settings. The parent's model, prompt, environment, sampling and adapter shape come from
-    its frozen config (run_config_build); its group sizes and learning rate unless `overrides` change them."""
+             overrides: dict[str, Any] | None = None, review_gate: bool = False,
+             scenario_set: ScenarioSet | None = None) -> Run:
+    """A new run from `checkpoint`'s adapter with the parent's agent, scenarios (or `scenario_set`'s) and sizes,
+    and a changed rubric, judge or training settings. The parent's model, prompt, environment, sampling and
+    adapter shape come from its frozen config (run_config_build); its group sizes and learning rate unless
+    `overrides` change them."""
     parent = checkpoint.run
     grpo = parent.config.get("grpo", {})
     return run_launch(
-        user=user, project=parent.project, name=name, agent=parent.agent, scenario_set=parent.scenario_set,
+        user=user, project=parent.project, name=name, agent=parent.agent,
+        scenario_set=scenario_set or parent.scenario_set,
         rubric_version=rubric_version, judge_config=judge_config, steps=steps,
         group_size=grpo.get("group_size", 4), groups_per_step=grpo.get("groups_per_step", 2),
         learning_rate=learning_rate or grpo.get("learning_rate", 1e-5), seed=parent.config.get("seed", 0),
@@ -188,24 +196,34 @@ def _require_control(user, run: Run) -> None:
 
 
 def run_pause(*, user, run: Run) -> None:
+    """running → paused; the phase says where the engine will stop ("pausing after step N") until it does
+    (webapp/review_state.py; the ingest says "paused after step N" once it did)."""
     _require_control(user, run)
-    if not _transition(run.id, (RunStatus.RUNNING,), status=RunStatus.PAUSED,
-                       phase="pausing at the next phase boundary"):
-        raise ValidationError(f"a {run.get_status_display().lower()} run cannot be paused")
+    fresh = Run.objects.filter(pk=run.id).first() or run
+    if not _transition(run.id, (RunStatus.RUNNING,), status=RunStatus.PAUSED, phase=pause_phase(fresh)):
+        raise ValidationError(f"{with_article(run.get_status_display().lower())} run cannot be paused")
 
 
 def run_resume(*, user, run: Run) -> None:
-    """Resumes a paused run in place, or re-queues a parked, crashed or failed one from its last checkpoint."""
+    """Resumes a paused run in place, or re-queues a parked, crashed or failed one from its last checkpoint. A
+    gated run whose engine holds a scored step at its review (paused before the review began) goes to its
+    review: the step trains only once a reviewer approves it."""
     _require_control(user, run)
     if _requeue_parked(run):
         return
-    if _transition(run.id, (RunStatus.PAUSED,), status=RunStatus.RUNNING, phase="resuming"):
-        return
+    with transaction.atomic():  # under the row lock the ingest takes: a review request cannot slip in between
+        locked = Run.objects.select_for_update().filter(pk=run.id, status=RunStatus.PAUSED).first()
+        review_step = run_review_waiting_step(run=locked) if locked is not None else None
+        if review_step is not None and _transition(run.id, (RunStatus.PAUSED,), status=RunStatus.AWAITING_REVIEW,
+                                                   phase=f"step {review_step}: waiting for review"):
+            return
+        if _transition(run.id, (RunStatus.PAUSED,), status=RunStatus.RUNNING, phase="resuming"):
+            return
     if _transition(run.id, (RunStatus.CRASHED, RunStatus.FAILED), status=RunStatus.QUEUED, error="",
                    cancel_requested=False, finished_at=None, phase="waiting for a worker (resume from checkpoint)"):
         run_enqueue(run=run)
         return
-    raise ValidationError(f"a {run.get_status_display().lower()} run cannot be resumed")
+    raise ValidationError(f"{with_article(run.get_status_display().lower())} run cannot be resumed")
 
 
 def run_cancel(*, user, run: Run) -> None:
@@ -214,27 +232,34 @@ def run_cancel(*, user, run: Run) -> None:
                    finished_at=timezone.now(), phase=""):
         return
     with transaction.atomic():  # a parked run has no engine to report run_finished(cancelled)
-        if Run.objects.filter(pk=run.id, status=RunStatus.PAUSED, worker=PARKED).update(
-                status=RunStatus.CANCELLED, finished_at=timezone.now(), phase=""):
+        parked = Run.objects.filter(pk=run.id, status__in=(RunStatus.PAUSED, RunStatus.AWAITING_REVIEW), worker=PARKED)
+        if parked.update(status=RunStatus.CANCELLED, finished_at=timezone.now(), phase=""):
             run_status_publish(run_id=run.id)
             return
     # A live run stops at its next phase boundary; the engine then reports run_finished(cancelled).
     if not _transition(run.id, ACTIVE_STATUSES, cancel_requested=True, phase="cancelling at the next phase boundary"):
-        raise ValidationError(f"a {run.get_status_display().lower()} run cannot be cancelled")
+        raise ValidationError(f"{with_article(run.get_status_display().lower())} run cannot be cancelled")
 
 
 # Parking: a paused run holds its worker's only run slot for as long as it stays paused. When another run waits
 # in the queue, the runner stops the paused run's engine and "parks" the run: still paused, with no worker
 # (worker=PARKED), so the reaper leaves it alone; Resume sends it back to the queue, to continue from its last
-# checkpoint, and Cancel ends it at once.
+# checkpoint, and Cancel ends it at once. A run awaiting review parks the same way (approval re-queues it), and
+# a run whose judge is down parks by itself (paused; queued again after a backoff, or by Resume).
 def runs_waiting(*, besides: int) -> bool:
     """Whether a run other than `besides` waits in the queue for a worker."""
     return Run.objects.filter(status=RunStatus.QUEUED).exclude(pk=besides).exists()
 
 
+def review_parked_phase(phase: str) -> str:
+    """What a run parked at its review says: "step 3: waiting for review; its worker is free"."""
+    step = phase.split(":", 1)[0] if phase.startswith("step ") else ""
+    return f"{step + ': ' if step else ''}waiting for review; its worker is free"
+
+
 def run_park(*, run_id: int, worker: str) -> bool:
-    """Called once `worker` has stopped the engine of its paused run: parks the run (True). A run resumed while
-    its engine stopped goes back to the queue instead."""
+    """Called once `worker` has stopped the engine of its paused run, or of one awaiting review: parks the run
+    (True). A run resumed (or approved) while its engine stopped goes back to the queue instead."""
     step = Checkpoint.objects.filter(run_id=run_id).order_by("-step_index").values_list("step_index", flat=True).first()
     where = f"from the step {step} checkpoint" if step else "from the beginning (no checkpoint yet)"
     with transaction.atomic():
@@ -247,8 +272,23 @@ def run_park(*, run_id: int, worker: str) -> bool:
         if run.status == RunStatus.PAUSED:
             reason = run.phase if run.phase.startswith("paused") else "paused"
             note = f"; its engine stopped to let a queued run use the worker: resume continues {where}"
-            Run.objects.filter(pk=run_id).update(worker=PARKED, phase=(reason[:200 - len(note)] + note)[:200])
+            # A person's pause wins over a judge outage's own retry: it waits for Resume.
+            Run.objects.filter(pk=run_id).update(worker=PARKED, phase=(reason[:200 - len(note)] + note)[:200],
+                                                 judge_retry_at=None)
             run_status_publish(run_id=run_id)
+            return True
+        if run.status == RunStatus.AWAITING_REVIEW:
+            # Its engine kept the scored step (training/parking): approval re-queues it to train those groups.
+            Run.objects.filter(pk=run_id).update(worker=PARKED, phase=review_parked_phase(run.phase))
+            run_status_publish(run_id=run_id)
+            return True
+        if run.status == RunStatus.RUNNING and run.judge_retry_at is not None:
+            # Its engine stopped to wait for the judge (live/judge_outage.py): paused and parked, with the step
+            # kept, until runs_judge_retry_due queues it again (a message delayed until then wakes a worker).
+            Run.objects.filter(pk=run_id).update(status=RunStatus.PAUSED, worker=PARKED)
+            run_status_publish(run_id=run_id)
+            delay = max(0.0, (run.judge_retry_at - timezone.now()).total_seconds())
+            transaction.on_commit(lambda: work_enqueue(name=RUN_EXECUTE, object_id=run_id, delay_s=delay))
             return True
         if run.status == RunStatus.RUNNING:
             Run.objects.filter(pk=run_id).update(status=RunStatus.QUEUED, worker="",
@@ -275,18 +315,53 @@ def run_claim(*, run_id: int, worker: str) -> bool:
                        started_at=now, attempts=F("attempts") + 1, error="", phase="starting the engine")
 
 
+def runs_judge_retry_due(*, now=None) -> list[int]:
+    """Queues again every run parked to wait for its judge whose time to ask again has come; their ids. Its
+    lower id puts such a run ahead of runs launched after it; its engine takes the kept step up and asks the
+    judge for the groups it could not score (a judge still down parks it again, for longer)."""
+    now = now or timezone.now()
+    due = []
+    for run_id in Run.objects.filter(status=RunStatus.PAUSED, worker=PARKED, judge_retry_at__lte=now) \
+            .order_by("id").values_list("id", flat=True):
+        with transaction.atomic():
+            if Run.objects.filter(pk=run_id, status=RunStatus.PAUSED, worker=PARKED, judge_retry_at__lte=now).update(
+                    status=RunStatus.QUEUED, worker="", judge_retry_at=None,
+                    phase="waiting for a worker to ask the judge again"):
+                run_status_publish(run_id=run_id)
+                due.append(run_id)
+    return due
+
+
 def run_claim_next(*, worker: str) -> int | None:
-    """Claims the queued run launched first (FIFO across the queue) for `worker`; its id, or None when nothing
-    waits. Any free worker slot takes the oldest run, whichever task message woke it, so a run never waits
-    behind a later launch, nor for a lost message's re-send (runs_requeue_stranded)."""
+    """Claims the queued run the fair queue puts first for `worker` (webapp/queue_policy.py: resuming runs ahead
+    of later launches, then the project's priority, then launch order; a project at its cap of runs in flight
+    waits); its id, or None when nothing may start. Any free worker slot takes that run, whichever task message
+    woke it, so a run never waits behind a later launch, nor for a lost message's re-send
+    (runs_requeue_stranded). A run that waited for its judge long enough joins the queue first
+    (runs_judge_retry_due)."""
+    runs_judge_retry_due()
     while True:
-        candidates = list(Run.objects.filter(status=RunStatus.QUEUED).order_by("id").values_list("id", flat=True)[:20])
+        candidates = claim_order(*queue_read())[:20]
         if not candidates:
             return None
         for run_id in candidates:
-            if run_claim(run_id=run_id, worker=worker):
+            if _claim_within_cap(run_id=run_id, worker=worker):
                 return run_id
-        # every candidate was claimed by another worker in the meantime: look again
+        # every candidate was claimed by another worker (or its project reached its cap) meanwhile: look again
+
+
+def _claim_within_cap(*, run_id: int, worker: str) -> bool:
+    """run_claim, with the project's row locked while its runs in flight are counted: two workers at once cannot
+    both take its last place."""
+    if not settings.STUDIO_MAX_RUNS_IN_FLIGHT_PER_PROJECT:
+        return run_claim(run_id=run_id, worker=worker)
+    with transaction.atomic():
+        project_id = Run.objects.filter(pk=run_id).values_list("project_id", flat=True).first()
+        list(Project.objects.select_for_update().filter(pk=project_id).values_list("pk", flat=True))
+        holding = Run.objects.filter(project_id=project_id, status__in=ACTIVE_STATUSES).exclude(worker=PARKED)
+        if project_capped(project_id, Counter({project_id: holding.count()})):
+            return False
+        return run_claim(run_id=run_id, worker=worker)
 
 
 def run_heartbeat(*, run_id: int, worker: str) -> None:
@@ -363,10 +438,12 @@ def runs_reap_stale(*, now=None) -> list[int]:
     """Marks crashed every active run whose worker stopped beating, returning their ids, and re-sends runs
     stranded in the queue (runs_requeue_stranded)."""
     now = now or timezone.now()
+    for run_id in runs_judge_retry_due(now=now):  # a delayed message lost with its worker: the reaper sends one
+        work_enqueue(name=RUN_EXECUTE, object_id=run_id)
     runs_requeue_stranded(now=now)
     cutoff = now - timedelta(seconds=settings.STUDIO_STALE_AFTER_S)
     stale = list(Run.objects.filter(status__in=ACTIVE_STATUSES, heartbeat_at__lt=cutoff)
-                 .exclude(status=RunStatus.PAUSED, worker=PARKED).values_list("id", "worker"))  # parked: no engine
+                 .exclude(worker=PARKED).values_list("id", "worker"))  # parked (paused or at review): no engine
     reaped = []
     for run_id, worker in stale:
         reason = (f"worker {worker or '?'} stopped sending heartbeats (none for {settings.STUDIO_STALE_AFTER_S:.0f} s);"

@@ -20,6 +20,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 
 from webapp.models import Checkpoint, Project, ProjectServer
+from webapp.services.checkpoint_retention import checkpoints_mark_served
 from webapp.services.external import ExternalRefusal
 from webapp.services.external_checkpoints import checkpoint_served, checkpoint_used
 from webapp.services.external_proxy import (
@@ -74,6 +75,7 @@ def serving_chat_prepare(*, project: Project, checkpoint_id: int | None, body: d
         raise ValidationError({"X-Trajectory-Id": ["a checkpoint served after its run records nothing for training: "
                                                    "leave X-Trajectory-Id out (it is for a run's own endpoint)"]})
     checkpoint = serving_checkpoint_find(project=project, checkpoint_id=checkpoint_id, model=body.get("model"))
+    checkpoints_mark_served(checkpoint_ids=[checkpoint.pk])  # kept by the retention policy from now on
     run = checkpoint.run
     sampling = run.config.get("sampling") or {}
     limits = RunLimits(

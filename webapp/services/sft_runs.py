@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 
 from webapp.models import Project, Run
@@ -47,6 +48,7 @@ def sft_run_config(*, config: dict[str, Any], project: Project, dataset_version:
     the held-out scenarios only. Raises ValidationError beside the field to change."""
     from training import TrainingError
     from training.config import parse_run_config
+    from training.environments import needs_judge
 
     if dataset_version is None:
         raise ValidationError({"dataset": ["choose the dataset this run teaches from"]})
@@ -56,7 +58,14 @@ def sft_run_config(*, config: dict[str, Any], project: Project, dataset_version:
         raise ValidationError({"dataset": [f"{dataset_version} holds no conversation"]})
     options = sft_options_check(sft=sft or {})
     options["dataset"] = str(dataset_version)
+    if settings.STUDIO_MODEL_CHECK == "launch" and config.get("base_model_name"):
+        _conversations_fit(dataset_version=dataset_version, model=config["base_model_name"])
     held = set((config.get("evaluation") or {}).get("held_out_ids") or [])
+    environment = config.get("environment") or {}
+    if not config.get("judge") and needs_judge(environment.get("kind", ""), environment.get("options") or {}):
+        # Nothing would score the held-out answers: no win rate (not a demand for a judge); the held-out loss
+        # on the dataset's own split still measures the run.
+        held = set()
     data = {key: value for key, value in config.items() if key != "grpo"}
     data.update(kind="sft", sft=options, steps=1,  # steps follow from the data; the engine reports them
                 scenarios=[s for s in config.get("scenarios") or [] if s.get("id") in held])
@@ -66,6 +75,21 @@ def sft_run_config(*, config: dict[str, Any], project: Project, dataset_version:
         return parse_run_config(data).model_dump(mode="json", exclude={"grpo"})  # GRPO's options do not apply
     except TrainingError as err:
         raise ValidationError({"sft": [str(err)]}) from None
+
+
+def _conversations_fit(*, dataset_version: DatasetVersion, model: str) -> None:
+    """As GRPO's launch refuses a scenario the model's context cannot hold: every conversation of the version
+    must fit the model it will train (one checked at upload against another model may not)."""
+    from training.sft_data import parse_jsonl
+    from webapp.selectors.datasets import dataset_version_jsonl
+    from webapp.services.dataset_fit import conversations_over_context
+
+    conversations, _ = parse_jsonl("".join(dataset_version_jsonl(version=dataset_version)))
+    problems, _ = conversations_over_context(model=model, conversations=conversations,
+                                             places=[f"{dataset_version}, conversation {i + 1}"
+                                                     for i in range(len(conversations))])
+    if problems:
+        raise ValidationError({"dataset": problems})
 
 
 def sft_engine_config(*, run: Run, config: dict[str, Any], directory: Path) -> dict[str, Any]:

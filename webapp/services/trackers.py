@@ -1,7 +1,8 @@
 """Experiment trackers for runs (issue 37; docs/use.md): which trackers the deployment offers, and a run's
 `trackers` config section built from the deployment's settings and the run's choice.
 
-Where a run reports (W&B project, entity, mode, directory; MLflow tracking URI and experiment) and the keys come
+Where a run reports (W&B project, entity, mode, directory; MLflow tracking URI and experiment; Langfuse's host) and
+the keys come
 from the deployment (settings and the workers' environment), never from a person: a run only chooses among the
 offered trackers by name (the launch form's checkboxes, the API's `trackers`), and `trackers` is not a run
 override. The worker adds the run's id and a link back to its page when it starts the engine.
@@ -14,12 +15,13 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.urls import reverse
 
-TRACKERS = {"wandb": "Weights & Biases", "mlflow": "MLflow"}
+TRACKERS = {"wandb": "Weights & Biases", "mlflow": "MLflow", "langfuse": "Langfuse (each trajectory a trace)"}
 
 
 def trackers_available() -> list[str]:
     """The trackers this deployment offers, by name."""
-    offered = {"wandb": settings.STUDIO_WANDB_PROJECT, "mlflow": settings.STUDIO_MLFLOW_TRACKING_URI}
+    offered = {"wandb": settings.STUDIO_WANDB_PROJECT, "mlflow": settings.STUDIO_MLFLOW_TRACKING_URI,
+               "langfuse": settings.STUDIO_LANGFUSE_HOST}
     return [name for name, on in offered.items() if on]
 
 
@@ -42,6 +44,9 @@ def run_trackers_config(*, chosen: list[str]) -> dict[str, Any] | None:
     if "mlflow" in chosen:
         section["mlflow"] = {"tracking_uri": settings.STUDIO_MLFLOW_TRACKING_URI,
                              "experiment": settings.STUDIO_MLFLOW_EXPERIMENT}
+    if "langfuse" in chosen:  # its keys: LANGFUSE_PUBLIC_KEY / LANGFUSE_SECRET_KEY in the workers' environment
+        section["langfuse"] = {"host": settings.STUDIO_LANGFUSE_HOST,
+                               "environment": settings.STUDIO_LANGFUSE_ENVIRONMENT}
     return section
 
 

@@ -24,6 +24,7 @@ from webapp.selectors.rewards import explanation_for_people
 from webapp.server_caps import try_sessions_admit
 from webapp.services.access import require_role
 from webapp.services.catalogue import scenario_create
+from webapp.services.checkpoint_retention import checkpoints_mark_served
 from webapp.services.serving import SERVED_BASE, project_server_request, served_adapter_name
 from webapp.storable import storable
 
@@ -88,6 +89,7 @@ def try_create(*, user, project: Project, agent: Agent, checkpoint_ids: list[int
             scenario=scenario, user_message=message, context=context, columns=columns, server=server,
             server_started=started, answers=[{"status": "waiting", "messages": [], "tools": None, "error": "",
                                               "seconds": None} for _ in columns])
+        checkpoints_mark_served(checkpoint_ids=ids)  # kept by the retention policy from now on
         transaction.on_commit(lambda: work_enqueue(name=TRY_EXECUTE, object_id=session.pk))
     return session
 
@@ -132,6 +134,7 @@ def try_judge_execute(*, session_id: int) -> str:
     from training.types import Scenario as EngineScenario
     from training.types import Trajectory as EngineTrajectory
     from training.types import TrajectoryGroup as EngineGroup
+    from webapp.judge_budget import judge_key_budget
     from webapp.services.playground import _judge_key
     from webapp.services.run_config import judge_options
 
@@ -144,7 +147,7 @@ def try_judge_execute(*, session_id: int) -> str:
     try:
         options = judge_options(judge=judge, rubric_text=version.text, criteria=version.criteria or None,
                                 api_key_env=judge.api_key_env or None)
-        scorer = judge_scorer_from_config(options, api_key=_judge_key(judge))
+        scorer = judge_scorer_from_config(options, api_key=_judge_key(judge), budget=judge_key_budget())
         scenario = EngineScenario(id=f"try-{session.pk}", user_message=session.user_message,
                                   context=session.context or None)
         group = EngineGroup(scenario=scenario, trajectories=[

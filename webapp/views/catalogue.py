@@ -51,8 +51,10 @@ def agent_from_example(request: HttpRequest, project_id: int) -> HttpResponse:
 
     def save(data):
         agent, scenario_set = create(user=request.user, project=project, **data)
-        messages.success(request, f"agent {agent.name!r} and scenario set {scenario_set.name!r} created")
-        return redirect("project-detail", project_id=project.id)
+        messages.success(request, f"agent {agent.name!r} and scenario set {scenario_set.name!r} created: launch "
+                                  "a run with them (the game's own reward; no judge unless you choose one)")
+        # Straight to the launch form with both chosen: a newcomer's next step, with the example's defaults.
+        return redirect(f"{reverse('run-launch', args=[project.id])}?agent={agent.id}&scenario_set={scenario_set.id}")
 
     return handle_form(request, form, save, FORM_PAGE, {
         "project": project, "title": "New agent from an example",

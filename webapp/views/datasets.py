@@ -44,16 +44,16 @@ def _int(value: str | None, default: int | None, name: str) -> int | None:
 def dataset_detail(request: HttpRequest, dataset_id: int) -> HttpResponse:
     dataset = access.in_project_get(user=request.user, model=Dataset, pk=dataset_id)
     role = access.project_role(user=request.user, project=dataset.project)
-    upload_form, status = DatasetUploadForm(), 200
+    upload_form, status = DatasetUploadForm(project=dataset.project), 200
     if request.method == "POST":
         access.in_project_get(user=request.user, model=Dataset, pk=dataset_id, role=Role.EDITOR)
-        upload_form = DatasetUploadForm(request.POST, request.FILES)
+        upload_form = DatasetUploadForm(request.POST, request.FILES, project=dataset.project)
         if upload_form.is_valid():
             upload = upload_form.cleaned_data["file"]
             try:
                 version = dataset_services.dataset_upload(
                     user=request.user, dataset=dataset, file_name=upload.name, mode=upload_form.cleaned_data["mode"],
-                    data=upload.read(settings.STUDIO_MAX_UPLOAD_BYTES + 1))
+                    data=upload.read(settings.STUDIO_MAX_UPLOAD_BYTES + 1), model=upload_form.cleaned_data["model"])
                 messages.success(request, f"version {version.number}: {version.note}")
                 return redirect("dataset-detail", dataset_id=dataset.id)
             except ValidationError as err:
@@ -70,7 +70,7 @@ def dataset_detail(request: HttpRequest, dataset_id: int) -> HttpResponse:
     return render(request, "webapp/dataset_detail.html", {
         "project": dataset.project, "dataset": dataset, "can_edit": role == Role.EDITOR,
         "versions": dataset_selectors.dataset_versions(dataset=dataset), "version": version, "rows": rows,
-        "page": page, "first_index": (page - 1) * ROWS_PER_PAGE,
+        "page": page, "first_index": (page - 1) * ROWS_PER_PAGE, "last_index": (page - 1) * ROWS_PER_PAGE + len(rows),
         "more": bool(version) and version.row_count > page * ROWS_PER_PAGE,
         "upload_form": upload_form, "distillations": dataset.distillations.order_by("-id")[:10],
     }, status=status)

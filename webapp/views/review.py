@@ -15,7 +15,9 @@ from webapp.input_rules import whole_number, whole_numbers
 from webapp.selectors import access, review as review_selectors, rewards as reward_selectors, runs as run_selectors
 from webapp.forms import ForkForm, OverrideForm, PlaygroundFilterForm, PlaygroundForm, ReorderForm
 from webapp.models import Rescore, Role, RubricVersion, TrajectoryGroup
+from webapp.selectors.catalogue import judges_default_first
 from webapp.services import playground as playground_services
+from webapp.services.judge_probe import judge_pick_working
 from webapp.services import review as review_services
 from webapp.services import runs as run_services
 from webapp.views.common import handle_form
@@ -51,8 +53,7 @@ def group_detail(request: HttpRequest, group_id: int) -> HttpResponse:
         **review_selectors.group_neighbours(group=group),
         "override_form": OverrideForm(), **_role_context(request, group.run.project),
         "redo_overrides": review_selectors.group_redo_overrides(group=group),
-        "pending_overrides": review_selectors.run_pending_overrides(run=group.run)
-        if group.run.status == "paused" else None,
+        "pending_overrides": review_selectors.run_pending_overrides(run=group.run),
     })
 
 
@@ -156,7 +157,7 @@ def run_fork(request: HttpRequest, checkpoint_id: int) -> HttpResponse:
     reinforce = parent.kind == "sft"  # SFT → RL: the same fork, across kinds (a GRPO run from the adapter)
     initial = {"name": f"{parent.name}-{'rl' if reinforce else 'fork'}-{checkpoint.step_index}",
                "rubric_version": parent.rubric_version, "judge_config": parent.judge_config,
-               "review_gate": parent.review_gate}
+               "review_gate": parent.review_gate, "scenario_set": parent.scenario_set}
     form = ForkForm(request.POST or None, project=parent.project, initial=initial)
 
     def save(data):
@@ -179,19 +180,27 @@ def run_fork(request: HttpRequest, checkpoint_id: int) -> HttpResponse:
 def playground(request: HttpRequest, project_id: int) -> HttpResponse:
     project = access.project_get(user=request.user, project_id=project_id)
     filters = PlaygroundFilterForm(request.GET, project=project)
-    groups = review_selectors.playground_groups(project=project, **filters.filters())
+    chosen_filters = filters.filters()
+    groups = review_selectors.playground_groups(project=project, **chosen_filters)
     picked = whole_numbers([g for g in request.GET.getlist("group") if g.isdigit()], name="group")
     initial: dict = {"groups": list(groups.values_list("id", flat=True)) if request.GET.get("all") else picked}
+    # Defaults come from the run being re-scored (its rubric version and judge), else the project's newest
+    # version and default judge: a re-score is a comparison with what that run was scored by.
+    source = review_selectors.playground_source_run(project=project, run_id=chosen_filters.get("run_id"),
+                                                    group_ids=initial["groups"])
     if request.GET.get("version", "").isdigit():
         version = access.in_project_get(user=request.user, model=RubricVersion,
                                         pk=whole_number(request.GET["version"], name="version"),
                                         path="rubric__project")
+    elif source is not None and source.rubric_version is not None:
+        version = source.rubric_version
     else:
         version = RubricVersion.objects.filter(rubric__project=project).order_by("-created_at", "-id").first()
     if version is not None:
         initial.update(base_version=version, text=version.text, criteria="\n".join(
             f"{c['name']} | {c['weight']:g} | {c['description']}" for c in version.criteria))
-    initial["judge_config"] = project.judge_configs.first()
+    initial["judge_config"] = (source.judge_config if source is not None and source.judge_config is not None
+                               else judge_pick_working(judges=judges_default_first(project=project)))
     form = PlaygroundForm(request.POST or None, project=project, groups=groups, initial=initial)
     if request.method == "POST":
         access.project_get(user=request.user, project_id=project_id, role=Role.REVIEWER)
@@ -205,7 +214,7 @@ def playground(request: HttpRequest, project_id: int) -> HttpResponse:
 
     return handle_form(request, form, save, "webapp/playground.html", {
         "project": project, "recent": project.rescores.select_related("created_by")[:10], "filters": filters,
-        "filter_query": request.GET.urlencode(), "shown": groups.count(),
+        "filter_query": request.GET.urlencode(), "shown": groups.count(), "source_run": source,
         **_role_context(request, project)})
 
 

@@ -13,10 +13,14 @@ from django.views.decorators.http import require_POST, require_safe
 
 from webapp.input_rules import whole_number
 from webapp.selectors import access, review as review_selectors, rewards as reward_selectors, runs as run_selectors
+from webapp.selectors import queue as queue_selectors
 from webapp.selectors.evaluation import run_evaluation_data
+from webapp.selectors.retention import run_retention_view
 from webapp.selectors.external import external_calls_jsonl, external_panel, is_external
-from webapp.forms import GroupSearchForm, LaunchForm
+from webapp.forms import GroupSearchForm
+from webapp.launch_forms import LaunchForm
 from webapp.models import Role
+from webapp.review_state import status_label
 from webapp.services import gpu_plans, runs as run_services
 from webapp.services.checkpoints import checkpoint_zip_chunks
 from webapp.views.common import handle_form
@@ -31,8 +35,8 @@ def run_list(request: HttpRequest, project_id: int) -> HttpResponse:
     project = access.project_get(user=request.user, project_id=project_id)
     template = "webapp/partials/run_rows.html" if getattr(request, "htmx", False) else "webapp/run_list.html"
     q = request.GET.get("q", "")[:100]
-    return render(request, template, {"project": project, "q": q,
-                                      "runs": run_selectors.runs_for_project(project=project, search=q)[:200]})
+    runs = queue_selectors.runs_explain_queue(runs=run_selectors.runs_for_project(project=project, search=q)[:200])
+    return render(request, template, {"project": project, "q": q, "runs": runs})
 
 
 @login_required
@@ -71,11 +75,13 @@ def run_launch(request: HttpRequest, project_id: int) -> HttpResponse:
 
 def _run_context(request: HttpRequest, run) -> dict:
     role = access.project_role(user=request.user, project=run.project)
+    queue_selectors.runs_explain_queue(runs=[run])  # a queued run says what it waits for
     return {"run": run, "project": run.project, "can_control": role == Role.EDITOR,
             "can_review": role in (Role.REVIEWER, Role.EDITOR), "cost": run_selectors.run_judge_cost(run=run),
             "last_checkpoint": run.checkpoints.order_by("-step_index").first(), "is_external": is_external(run),
             "events_summarized": run_selectors.run_events_summarized(run=run),
-            "pending_overrides": review_selectors.run_pending_overrides(run=run) if run.status == "paused" else None,
+            "pending_overrides": review_selectors.run_pending_overrides(run=run),
+            "status_label": status_label(run),  # "Pausing" until the engine reached its boundary
             "memory_plan": run_selectors.run_memory_plan(run=run)}
 
 
@@ -92,6 +98,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "more_groups": run_selectors.run_group_count(run=run, search=search) > len(groups), "next_offset": len(groups),
         "rewards": reward_selectors.groups_view(run=run, groups=groups),
         "checkpoints": run.checkpoints.order_by("step_index"), "chart": run_selectors.run_chart_data(run=run),
+        "retention": run_retention_view(run=run),  # what the checkpoint policy keeps and why
         "settings": run_selectors.run_settings(run=run),
         "last_seq": run.last_event_seq,
         "evaluation": run_evaluation_data(run=run),  # held-out win rate, monitors, checkpoint table
@@ -145,7 +152,8 @@ def _steps(run) -> dict:
 def run_checkpoints(request: HttpRequest, run_id: int) -> HttpResponse:
     run = access.run_get(user=request.user, run_id=run_id)
     return render(request, "webapp/partials/checkpoints.html",
-                  {**_run_context(request, run), "checkpoints": run.checkpoints.order_by("step_index")})
+                  {**_run_context(request, run), "checkpoints": run.checkpoints.order_by("step_index"),
+                   "retention": run_retention_view(run=run)})
 
 
 @login_required

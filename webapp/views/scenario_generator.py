@@ -10,6 +10,7 @@ from django.shortcuts import redirect, render
 
 from webapp.input_rules import whole_number
 from webapp.selectors import access
+from webapp.selectors.catalogue import judges_default_first
 from webapp.models import JudgeConfig, McpServer, Role, ScenarioSet
 from webapp.services.judge_probe import judge_pick_working
 from webapp.services.scenario_drafts import scenario_drafts_generate, scenario_set_accept_drafts
@@ -36,8 +37,9 @@ def scenario_set_generate(request: HttpRequest, scenario_set_id: int) -> HttpRes
                                             role=Role.EDITOR)
     judges = JudgeConfig.objects.filter(project=scenario_set.project).order_by("name")
     servers = McpServer.objects.filter(project=scenario_set.project).order_by("name")
-    # Preselected: a judge that answered lately, or whose key is at hand; not merely the first by name.
-    default = judge_pick_working(judges=list(judges))
+    # Preselected: a judge that answered lately, or whose key is at hand; among equals the project's default
+    # (the judge its runs use), not merely the first by name.
+    default = judge_pick_working(judges=judges_default_first(project=scenario_set.project))
     context = {"project": scenario_set.project, "scenario_set": scenario_set, "judges": judges, "errors": [],
                "task": "", "n": 8, "judge_id": default.pk if default else None, "drafts": None, "mcp_servers": servers,
                "mcp_server": None}

@@ -7,6 +7,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
 from webapp.forms import ProjectTokenForm, apply_service_errors
@@ -35,6 +36,9 @@ def project_token_list(request: HttpRequest, project_id: int) -> HttpResponse:
     return render(request, "webapp/project_tokens.html", {
         "project": project, "tokens": project_tokens(project=project), "form": form, "new_key": new_key,
         "can_edit": access.project_role(user=request.user, project=project) == Role.EDITOR,
+        # The OpenAI clients' base URL of the project's served checkpoints (its chat/completions and models).
+        "served_base_url": request.build_absolute_uri(
+            reverse("api:project-openai-models", args=[project.id])).removesuffix("models"),
     }, status=status)
 
 

@@ -31,7 +31,8 @@ def try_page(request: HttpRequest, project_id: int) -> HttpResponse:
     project = access.project_get(user=request.user, project_id=project_id)
     agent = project.agents.filter(pk=whole_number(request.GET["agent"], name="agent")).first() \
         if request.GET.get("agent", "").isdigit() else project.agents.first()
-    initial = {"agent": agent, "system_prompt": agent.system_prompt if agent else "", "include_base": True}
+    initial = {"agent": agent, "system_prompt": agent.system_prompt if agent else "", "include_base": True,
+               "prompt_agent": agent}
     if request.GET.get("checkpoint", "").isdigit():
         initial["checkpoints"] = [whole_number(request.GET["checkpoint"], name="checkpoint")]
     form = TryForm(request.POST or None, project=project, initial=initial)
@@ -45,8 +46,10 @@ def try_page(request: HttpRequest, project_id: int) -> HttpResponse:
             context=data["context"], scenario=data["scenario"])
         return redirect("try-session", session_id=session.pk)
 
+    loaded = form["prompt_agent"].value() if form.is_bound else agent and agent.pk
     return handle_form(request, form, save, "webapp/try.html", {
         "project": project, "recent": project.try_sessions.select_related("created_by")[:10],
+        "prompt_agent": project.agents.filter(pk=loaded).first() if str(loaded or "").isdigit() else None,
         "servers": project.servers.all(), **_roles(request, project)})
 
 

@@ -4,6 +4,10 @@ Creates a demo user and project (credentials printed), builds the tiny offline m
 (the tiny model learns 2048 moves) and prints the URL. With JUDGE_MODEL set (plus JUDGE_API_BASE and/or
 JUDGE_API_KEY_ENV) the run is scored by that judge; otherwise it trains on the game's verifiable reward.
 With --serve it then serves the app (daphne) so the run can be watched live; the in-process executor runs it.
+
+The settings (judge variables, the model catalogue) are checked before anything is created, so a start that
+stops leaves no demo user behind whose password nobody saw. A later start that finds the demo user says how to
+get in: DEMO_PASSWORD sets that password on every start, and --new-password prints a new one.
 """
 from __future__ import annotations
 
@@ -19,7 +23,9 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
+from webapp.egress_policy import egress_refusal
 from webapp.execution.executors import hold_submissions
+from webapp.judge_keys import judge_key_refusal
 from webapp.models import Agent, JudgeConfig, Project, Rubric, Scenario, ScenarioSet
 from webapp.services import catalogue
 from webapp.services.projects import project_create
@@ -39,6 +45,8 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=8000)
         parser.add_argument("--model-dir", default=str(settings.BASE_DIR / "var" / "tiny-model"))
         parser.add_argument("--serve", action="store_true", help="Serve the app after launching (daphne).")
+        parser.add_argument("--new-password", action="store_true",
+                            help="Give the demo user a new password and print it (DEMO_PASSWORD, or a random one).")
 
     @staticmethod
     def _catalogue_name(model_path: Path) -> str:
@@ -49,19 +57,38 @@ class Command(BaseCommand):
         raise CommandError(f"{model_path} is not in this deployment's models: list it in STUDIO_BASE_MODELS, e.g. "
                            f'{{"my-tiny": {{"source": "{model_path.resolve()}", "context_length": 1024}}}}')
 
-    def handle(self, *args, steps: int, host: str, port: int, model_dir: str, serve: bool, **options):
+    @staticmethod
+    def _check_settings(model_path: Path) -> str:
+        """Everything the environment decides, checked before the first row or file is made: the model's name in
+        the catalogue, and the judge's variables. Returns the model's catalogue name."""
+        model_name = Command._catalogue_name(model_path)
+        if not (model := os.environ.get("JUDGE_MODEL")):
+            return model_name
+        key_env, api_base = os.environ.get("JUDGE_API_KEY_ENV", ""), os.environ.get("JUDGE_API_BASE", "")
+        if key_env and not os.environ.get(key_env):
+            raise CommandError(f"JUDGE_API_KEY_ENV names {key_env!r}, but that variable is not set: set it to the "
+                               f"key of the judge {model!r}, or unset JUDGE_MODEL to score by the game's reward")
+        if refusal := judge_key_refusal(api_key_env=key_env, api_base=api_base):
+            raise CommandError(f"JUDGE_API_KEY_ENV={key_env!r} with JUDGE_API_BASE={api_base!r}: {refusal}")
+        if refusal := egress_refusal(api_base):
+            raise CommandError(f"JUDGE_API_BASE={api_base!r}: {refusal}")
+        return model_name
+
+    def handle(self, *args, steps: int, host: str, port: int, model_dir: str, serve: bool, new_password: bool,
+               **options):
         from training.demo import demo_config
         from training.tiny_model import ensure_tiny_model
 
+        model_name = self._check_settings(Path(model_dir))
         call_command("migrate", verbosity=0, interactive=False)
         if serve:
             hold_submissions()  # the server process started below picks the queued run up
-        user, password = self._user()
         self.stdout.write("Building the tiny offline model (cached after the first time)…")
         model_path = ensure_tiny_model(Path(model_dir))
-        model_name = self._catalogue_name(model_path)
         demo = demo_config(out_dir="unused", steps=steps, model_dir=model_path)
+        # The user is made in the same transaction as the run: a launch that fails leaves no user behind.
         with transaction.atomic():
+            user, password = self._user(new_password=new_password)
             project = Project.objects.filter(owner=user, name="Demo").first() or project_create(
                 owner=user, name="Demo", description="The tiny offline model learning to play 2048 moves.")
             agent = Agent.objects.filter(project=project, name="2048 player").first() or catalogue.agent_create(
@@ -94,7 +121,10 @@ class Command(BaseCommand):
         url = f"http://{host}:{port}/runs/{run.id}/"
         self.stdout.write(self.style.SUCCESS("Rubric Studio demo"))
         self.stdout.write(f"  user:     {user.username}")
-        self.stdout.write(f"  password: {password}" if password else "  password: (unchanged; set on first run)")
+        self.stdout.write(f"  password: {password}" if password else
+                          "  password: (set on the first start, not shown again); to get in, start with "
+                          "--new-password to print a new one (manage.py studio_demo --new-password --serve), or "
+                          "with DEMO_PASSWORD set to the one you want (DEMO_PASSWORD=... make demo)")
         self.stdout.write(f"  run:      {url}")
         self.stdout.write("  scoring:  " + (f"judge {judge.model}" if judge else
                                             "the game's verifiable reward (no JUDGE_MODEL set)"))
@@ -126,21 +156,26 @@ class Command(BaseCommand):
                 return
             time.sleep(1.0)
 
-    def _user(self):
+    def _user(self, *, new_password: bool):
+        """The demo user and the password to print: None when it keeps one set on an earlier start."""
         users = get_user_model()
         user = users.objects.filter(username=DEMO_USER).first()
-        if user is not None:
+        chosen = os.environ.get("DEMO_PASSWORD")
+        if user is None:
+            password = chosen or secrets.token_urlsafe(9)
+            return users.objects.create_user(username=DEMO_USER, password=password), password
+        if not (new_password or chosen):
             return user, None
-        password = os.environ.get("DEMO_PASSWORD") or secrets.token_urlsafe(9)
-        return users.objects.create_user(username=DEMO_USER, password=password), password
+        password = chosen or secrets.token_urlsafe(9)
+        user.set_password(password)
+        user.save(update_fields=["password"])
+        return user, password
 
     def _judge(self, user, project):
         model = os.environ.get("JUDGE_MODEL")
         if not model:
             return None, None
-        key_env = os.environ.get("JUDGE_API_KEY_ENV", "")
-        if key_env and not os.environ.get(key_env):
-            raise CommandError(f"JUDGE_API_KEY_ENV names {key_env!r}, but that variable is not set")
+        key_env = os.environ.get("JUDGE_API_KEY_ENV", "")  # checked in _check_settings
         judge = JudgeConfig.objects.filter(project=project, model=model).first() or catalogue.judge_config_create(
             user=user, project=project, name=f"judge {model}"[:200], model=model,
             api_base=os.environ.get("JUDGE_API_BASE", ""), api_key_env=key_env)
