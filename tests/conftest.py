@@ -73,6 +73,38 @@ GROUP_BY_MODULE = {"test_faults.py": "celery", "test_distributed.py": "torchrun"
 
 
 @pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    """pytest-django's test database, and, before it drops it, who else still holds it: a session left open makes
+    the drop fail ("database … is being accessed by other users", issue 44), and the warning alone names no one."""
+    yield
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute("SELECT pid, client_port, state, backend_start, left(query, 300) FROM pg_stat_activity "
+                       "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        others = cursor.fetchall()
+    if others:
+        import warnings
+
+        import psutil
+
+        owners = {c.laddr.port: p.pid for p in psutil.process_iter() for c in _connections(p)}
+        warnings.warn("sessions still open on the test database before its drop: " + "; ".join(
+            f"backend {pid} (client port {port}, process {owners.get(port, '?')}"
+            f"{' = this one' if owners.get(port) == os.getpid() else ''}, {state}, since {started:%H:%M:%S}): {query!r}"
+            for pid, port, state, started, query in others), stacklevel=1)
+
+
+def _connections(process) -> list:
+    try:
+        return process.net_connections(kind="tcp")
+    except Exception:  # noqa: BLE001 - a process gone or not ours to read: it holds nothing we can name
+        return []
+
+
+@pytest.fixture(scope="session")
 def app_world(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
     """This worker's served app (tests/webapp/world.py), one for tests/webapp and tests/security alike."""
     request.getfixturevalue("django_db_setup")  # the test database daphne serves

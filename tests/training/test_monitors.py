@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from training.control import StaticControl
-from training.events import MonitorAlert, StepFinished
+from training.events import MonitorAlert, RunHeld, StepFinished
 from training.loop import run
 from training.monitors import MonitorConfig, Monitors, repeat_rate, step_signals
 from training.types import Scenario, Score, Trajectory, TrajectoryGroup
@@ -140,8 +140,8 @@ def test_a_lengthening_policy_rewarded_by_the_judge_is_paused_by_the_length_moni
     thread = threading.Thread(target=lambda: (run(config, scorer=judge_loving_length, sink=watcher, control=control),
                                               done.set()), daemon=True)
     thread.start()
-    for _ in range(600):  # until the alert's step has finished (or the run ended without one)
-        if done.is_set() or any(isinstance(e, StepFinished) and control.state() == "pause" for e in events[-1:]):
+    for _ in range(600):  # until the engine holds for the alert's pause (or the run ended without one)
+        if done.is_set() or any(isinstance(e, RunHeld) for e in events):
             break
         time.sleep(0.1)
     time.sleep(1.0)  # time enough for a step that should not start
