@@ -185,7 +185,7 @@ def check_base_model_choice(value: str) -> str:
 def base_model_choices() -> list[tuple[str, str]]:
     """(name, label) per catalogue entry, the label showing its context length and description."""
     entries, _ = _deployment()
-    return [(name, f"{name}: {e.context_length} tokens of context" + (f", {e.description}" if e.description else ""))
+    return [(name, f"{name} ({e.context_length} tokens of context)" + (f": {e.description}" if e.description else ""))
             for name, e in entries.items()]
 
 

@@ -53,8 +53,21 @@ def test_a_missing_model_directory_is_shown_beside_the_agent_and_launches_nothin
     response = editor.post(reverse("run-launch", args=[editor.project.id]), _form(editor.project, agent))
     assert response.status_code == 400
     html = response.content.decode()
-    assert "no such directory on this machine" in _field_errors(html, "agent")
+    said = _field_errors(html, "agent")
+    assert "no such directory on this machine" in said
+    assert str(tmp_path) not in said  # named by its catalogue name: a member never sees the worker's path
     assert "Traceback" not in html and Run.objects.count() == 0
+
+
+def test_the_demos_model_not_built_yet_is_named_and_says_how_to_build_it(editor, model_check, tmp_path, settings):
+    from webapp.model_catalogue import TINY_MODEL
+
+    agent = agent_factory(project=editor.project,
+                          base_model=catalogue_model(settings, tmp_path / "tiny-model", name=TINY_MODEL))
+    response = editor.post(reverse("run-launch", args=[editor.project.id]), _form(editor.project, agent))
+    assert response.status_code == 400
+    said = _field_errors(response.content.decode(), "agent")
+    assert f"base model {TINY_MODEL}: no such directory on this machine" in said and "`make demo` builds it" in said
 
 
 def test_a_directory_without_config_json_is_refused(editor, model_check, tmp_path, tiny_model_dir, settings):

@@ -194,11 +194,23 @@ def _launch_model_problems(*, config: dict[str, Any], tools: list[dict[str, Any]
     from webapp.execution.model_fetch import hub_model
 
     if (repo_id := hub_model(config)) is None:
-        return run_model_problems(config=config, tools=tools)
+        return _named(run_model_problems(config=config, tools=tools), config)
     if (snapshot := cached_snapshot(repo_id, settings.STUDIO_MODEL_CACHE_DIR)) is None:
         return []
     return [p.replace(str(snapshot), repo_id) for p in
             run_model_problems(config={**config, "base_model": str(snapshot)}, tools=tools)]
+
+
+def _named(problems: list[str], config: dict[str, Any]) -> list[str]:
+    """The launch page names a catalogue model by its catalogue name, never the worker's path to it; the demo's
+    tiny model, when it is not built yet, says how to build it."""
+    from webapp.model_catalogue import TINY_MODEL
+
+    name, path = config.get("base_model_name"), str(config.get("base_model") or "")
+    if not name or not path:
+        return problems
+    hint = "; `make demo` builds it" if name == TINY_MODEL else ""
+    return [p.replace(path, name) + (hint if "no such directory" in p else "") for p in problems]
 
 
 def judge_key_problem(*, judge: JudgeConfig | None, environ: Mapping[str, str], where: str) -> str | None:
