@@ -66,20 +66,25 @@ class ModelShape:
         return 2 * self.layers * self.kv_heads * self.head_dim * dtype_bytes  # keys and values
 
 
-def read_shape(base_model: str) -> ModelShape:
-    """The shape from the base model's config.json: a directory's, or the local Hugging Face cache's."""
+def config_json(base_model: str) -> Path | None:
+    """The base model's config.json: a directory's, or the local Hugging Face cache's; None when neither has it."""
     path = Path(base_model).expanduser() / "config.json"
-    if not path.is_file():
-        from huggingface_hub import try_to_load_from_cache
+    if path.is_file():
+        return path
+    from huggingface_hub import try_to_load_from_cache
 
-        try:
-            cached = try_to_load_from_cache(base_model, "config.json")
-        except ValueError:  # not a repo id
-            cached = None
-        if not isinstance(cached, str):
-            raise TrainingError(f"no config.json for base model {base_model!r} (neither a directory nor in the "
-                                "local Hugging Face cache): the memory plan needs its shape")
-        path = Path(cached)
+    try:
+        cached = try_to_load_from_cache(base_model, "config.json")
+    except ValueError:  # not a repo id
+        return None
+    return Path(cached) if isinstance(cached, str) else None
+
+
+def read_shape(base_model: str) -> ModelShape:
+    """The shape from the base model's config.json (config_json)."""
+    if (path := config_json(base_model)) is None:
+        raise TrainingError(f"no config.json for base model {base_model!r} (neither a directory nor in the "
+                            "local Hugging Face cache): the memory plan needs its shape")
     try:
         return ModelShape.from_config(json.loads(path.read_text()))
     except (OSError, ValueError) as err:

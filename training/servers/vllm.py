@@ -13,10 +13,10 @@ import json
 import os
 import shlex
 import subprocess
-from pathlib import Path
 
 from training.config import ServerConfig
 from training.errors import TrainingError
+from training.gpu.model_shape import config_json
 from training.gpu.server_flags import share_flag
 
 # vLLM accepts only these LoRA ranks for --max-lora-rank; a configured rank is rounded up to the next one.
@@ -63,18 +63,9 @@ TOOL_CALL_PARSERS = {"qwen2": "hermes", "qwen2_moe": "hermes", "qwen3": "hermes"
 
 
 def model_type(base_model: str) -> str | None:
-    """The `model_type` in the base model's config.json: a directory's, or the local Hugging Face cache's."""
-    path = Path(base_model).expanduser() / "config.json"
-    if not path.is_file():
-        from huggingface_hub import try_to_load_from_cache
-
-        try:
-            cached = try_to_load_from_cache(base_model, "config.json")
-        except ValueError:  # not a repo id
-            cached = None
-        if not isinstance(cached, str):
-            return None
-        path = Path(cached)
+    """The `model_type` in the base model's config.json (a directory's, or the local Hugging Face cache's)."""
+    if (path := config_json(base_model)) is None:
+        return None
     try:
         return json.loads(path.read_text()).get("model_type")
     except (OSError, ValueError):
