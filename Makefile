@@ -159,7 +159,7 @@ test-engine-py312: $(PY312_VENV)/bin/python
 check-py312: $(PY312_VENV)/bin/python
 	$(PY312_VENV)/bin/pip install -q $$(grep -iE '^(pydantic|pydantic_core|transformers|tokenizers|Jinja2|pytest)==' requirements.lock)
 	$(PY312_VENV)/bin/python -m compileall -q training judging
-	$(PY312_VENV)/bin/python -c "import training.config, training.batching, training.chat_format, training.types, training.events"
+	$(PY312_VENV)/bin/python -c "import training.config, training.model.batching, training.model.chat_format, training.types, training.events"
 	$(PY312_VENV)/bin/python -m pytest -q -rs -p no:cacheprovider -o addopts="" tests/training/test_chat_templates.py
 
 # The main job on the embedded default (SQLite, in-process executor, tiny offline model): creates a demo user

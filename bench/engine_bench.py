@@ -50,8 +50,8 @@ def progress(message: str) -> None:
 def synthetic_batch() -> list[Any]:
     import torch
 
-    from training.grpo import group_advantages
-    from training.tiny_model import synthetic_games
+    from training.rl.grpo import group_advantages
+    from training.fixtures.tiny_model import synthetic_games
     from training.types import Scenario, Trajectory, TrajectoryGroup
 
     rng = random.Random(0)
@@ -68,7 +68,7 @@ def synthetic_batch() -> list[Any]:
 
 def bench_train_step() -> dict[str, Any]:
     from training.config import GRPOConfig, LoraConfig
-    from training.trainer import Trainer
+    from training.rl.trainer import Trainer
 
     groups = synthetic_batch()
     trainer = Trainer(str(MODEL_DIR), LoraConfig(), GRPOConfig(), seed=0)
@@ -85,7 +85,7 @@ def bench_train_step() -> dict[str, Any]:
 
 def rollout_requests() -> list[list[dict[str, str]]]:
     from training.environments import game_2048_rules as rules
-    from training.tiny_model import DEMO_SYSTEM_PROMPT, DEMO_USER_MESSAGE
+    from training.fixtures.tiny_model import DEMO_SYSTEM_PROMPT, DEMO_USER_MESSAGE
 
     rng = random.Random(0)
     prompts = []
@@ -158,7 +158,7 @@ def table(results: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    from training.tiny_model import ensure_tiny_model
+    from training.fixtures.tiny_model import ensure_tiny_model
 
     python = os.environ.get("VLLM_PYTHON")
     if not python:

@@ -60,7 +60,7 @@ def _setup(judge_api_base: str, judge_model: str, model_dir: Path, steps: int) -
     from rest_framework.authtoken.models import Token
 
     from training.environments import game_2048_rules as rules
-    from training.tiny_model import DEMO_SYSTEM_PROMPT, DEMO_USER_MESSAGE
+    from training.fixtures.tiny_model import DEMO_SYSTEM_PROMPT, DEMO_USER_MESSAGE
     from webapp.models import Agent, JudgeConfig, Membership, Project, Role, Rubric, RubricVersion, Scenario, ScenarioSet
     from webapp.services.project_tokens import project_token_create
     from webapp.services.secrets import secret_encrypt
@@ -181,7 +181,7 @@ def main() -> None:
     import requests as http
 
     from tests.judge_double import JudgeDouble, marker_or_brevity
-    from training.tiny_model import ensure_tiny_model
+    from training.fixtures.tiny_model import ensure_tiny_model
 
     started = time.perf_counter()
     model_dir = ensure_tiny_model(ROOT / "var" / "tiny-model")

@@ -2,7 +2,7 @@
 
     python -m bench.gpu_bench        (`make bench-gpu`; prints one skip line and exits 0 without CUDA)
 
-For Qwen2-architecture models of 0.5B and 1.5B parameters with random weights (training.synthetic_model),
+For Qwen2-architecture models of 0.5B and 1.5B parameters with random weights (training.fixtures.synthetic_model),
 bf16 with gradient checkpointing, LoRA r=16 on every projection: a fixed batch of 32 conversations (4 groups
 of 8, replies stretched by 150 words). Our `Trainer.train_step` (one warm-up, median of 3) against a plain loop
 on the same padded batch: peft model, `model(input_ids, attention_mask).logits`, token-weighted policy-gradient loss over
@@ -63,8 +63,8 @@ def bench_size(size: str, device: str = "cuda") -> dict[str, Any]:
     from transformers import AutoModelForCausalLM
 
     from training.config import GRPOConfig, LoraConfig, TrainerConfig
-    from training.synthetic_model import build_synthetic_model, synthetic_groups
-    from training.trainer import Trainer
+    from training.fixtures.synthetic_model import build_synthetic_model, synthetic_groups
+    from training.rl.trainer import Trainer
 
     path = build_synthetic_model(tempfile.mkdtemp(prefix=f"gpu-bench-{size}-"), size)
     groups = synthetic_groups(4, 8, reply_words=150)
@@ -85,7 +85,7 @@ def bench_size(size: str, device: str = "cuda") -> dict[str, Any]:
                                                 task_type="CAUSAL_LM"))
     model.train()
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
-    from training.sft import pad_batch
+    from training.sft.whole_model import pad_batch
 
     batches = []
     for i in range(0, len(rows), grpo.micro_batch_size):

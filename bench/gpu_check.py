@@ -3,7 +3,7 @@
     python -m bench.gpu_check [--sizes 0.5b,1.5b,7b] [--write-docs] [--step]     (`make gpu-check`)
     python -m bench.gpu_check --quick                     (CPU smoke test at a tiny size; its numbers mean nothing)
 
-For Qwen2.5-shaped models of 0.5B, 1.5B and 7B parameters with random weights (training/synthetic_model.py; no
+For Qwen2.5-shaped models of 0.5B, 1.5B and 7B parameters with random weights (training/fixtures/synthetic_model.py; no
 download, no network), bf16, LoRA r=16 on every linear layer, gradient checkpointing and the run's default token
 budget (grpo.micro_batch_tokens), each:
 - the GRPO step's tokens/s (our Trainer.train_step, one warm-up, median of 3) on micro-batches that fill the
@@ -11,7 +11,7 @@ budget (grpo.micro_batch_tokens), each:
   plan assumes;
 - MFU: the step's model FLOPs (bench/gpu_flops.py: the trained positions' output layer, not every token's) over
   the card's dense bf16 peak from its datasheet, and over a matmul measured here as a second column;
-- the trainer's peak allocated memory against the plan's estimate (training/memory_plan.py), goal within 15 %;
+- the trainer's peak allocated memory against the plan's estimate (training/gpu/memory_plan.py), goal within 15 %;
 - the local server's sampling tokens/s (training/servers/engine.py): 32 unseeded sequences of 128 tokens, sampled
   together in one batch (seeded ones would be sampled one at a time).
 `--step` adds one real GRPO step with the local server on CUDA (bench/gpu_step.py): each stage's time and the
@@ -104,10 +104,10 @@ def run_config(model_dir: Path, s: Settings) -> Any:
 def train_step(model_dir: Path, s: Settings, peaks: dict[str, float | None]) -> dict[str, Any]:
     import torch
 
-    from training.batching import micro_batches
-    from training.memory_plan import plan_memory, read_shape
-    from training.synthetic_model import synthetic_groups
-    from training.trainer import Trainer
+    from training.model.batching import micro_batches
+    from training.gpu.memory_plan import plan_memory, read_shape
+    from training.fixtures.synthetic_model import synthetic_groups
+    from training.rl.trainer import Trainer
 
     config = run_config(model_dir, s)
     groups = synthetic_groups(config.grpo.groups_per_step, config.grpo.group_size, reply_words=s.reply_words)
@@ -172,7 +172,7 @@ def sampling(model_dir: Path, s: Settings) -> dict[str, Any]:
 
 
 def check_size(size: str, s: Settings, peaks: dict[str, float | None], started: float) -> dict[str, Any]:
-    from training.synthetic_model import build_synthetic_model
+    from training.fixtures.synthetic_model import build_synthetic_model
 
     begun = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix=f"gpu-check-{size}-") as tmp:

@@ -1,7 +1,7 @@
 """What `make gpu-check` divides by and what it counts: the card's dense bf16 peak from its datasheet, and the
 FLOPs of a GRPO step as our trainer computes them.
 
-The FLOPs follow `training.grpo.token_logprobs` and the frozen base model under LoRA:
+The FLOPs follow `training.rl.grpo.token_logprobs` and the frozen base model under LoRA:
 - decoder layers, per real (unpadded) token: forward 2 x W and backward 2 x W for the input gradients (W = the
   layers' projection weights; frozen, so no weight gradient), plus 6 x P for the adapter (P = LoRA parameters:
   forward, input gradient, weight gradient);
@@ -18,7 +18,7 @@ import re
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from training.batching import Row
+    from training.model.batching import Row
     from training.gpu.model_shape import ModelShape
 
 # Dense (not sparse) bf16 tensor-core peaks in TFLOP/s from NVIDIA's datasheets, by a pattern of

@@ -2,7 +2,7 @@
 where the time goes.
 
 The demo's workload (2048, 4 groups of 8, held-out evaluation off) on a random Qwen2.5-0.5B-shaped model
-(training/synthetic_model.py) with the local server on CUDA (vLLM cannot travel to a lent machine), scored by the
+(training/fixtures/synthetic_model.py) with the local server on CUDA (vLLM cannot travel to a lent machine), scored by the
 real judge scorer over HTTP against the judge double (`python -m tests.judge_double --latency S`, its own process;
 cache off, so every group waits on it; the reward is the judge's, `combine: judge`: a random model's games all
 score alike, so the game's reward alone would leave nothing to train). Pipelined, as a judged run is by default.
@@ -86,7 +86,7 @@ class UtilisationPoller:
 
 def step_config(model_dir: Path, out: Path, *, quick: bool, judge: dict[str, Any] | None) -> Any:
     from training.config import RunConfig
-    from training.demo import demo_config
+    from training.fixtures.demo import demo_config
 
     data = demo_config(out_dir=out, steps=2, model_dir=model_dir, name="gpu-step").model_dump()
     data.update(evaluation={}, judge=judge, device="cpu" if quick else "cuda")
@@ -114,8 +114,8 @@ def end_to_end_step(*, quick: bool = False) -> dict[str, Any]:
     for key, value in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
                        "LITELLM_LOCAL_MODEL_COST_MAP": "True"}.items():
         os.environ.setdefault(key, value)  # nothing reaches for the network
-    from training.loop import run
-    from training.synthetic_model import build_synthetic_model
+    from training.rl.loop import run
+    from training.fixtures.synthetic_model import build_synthetic_model
 
     size = "tiny" if quick else "0.5b"
     proc, judge, judged = _judge(0.0 if quick else JUDGE_LATENCY_S)

@@ -176,7 +176,7 @@ def demo_groups(n_groups: int = 3, size: int = 8, turns: int = 6) -> list[list[l
     """Groups shaped like the demo's: one starting board per group (as the environment seeds it), each
     attempt a different sequence of legal moves, a board shown after each move."""
     from training.environments import game_2048_rules as rules
-    from training.tiny_model import DEMO_SYSTEM_PROMPT, DEMO_USER_MESSAGE
+    from training.fixtures.tiny_model import DEMO_SYSTEM_PROMPT, DEMO_USER_MESSAGE
 
     groups = []
     for g in range(n_groups):

@@ -137,7 +137,7 @@ def table(results: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    from training.tiny_model import ensure_tiny_model
+    from training.fixtures.tiny_model import ensure_tiny_model
 
     parser = argparse.ArgumentParser(prog="python -m bench.local_server_bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

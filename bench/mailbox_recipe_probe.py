@@ -20,10 +20,10 @@ import sys
 import time
 from pathlib import Path
 
-from training.chat_format import encode_conversation, pad_token_id, render
 from training.environments.mailbox_server.mailbox import Mailbox, generate
-from training.sft import pad_batch
-from training.tiny_mailbox_model import MODEL_SHAPE, OTHER_SEEDS, _tokenizer_for, episode, warmup_episodes
+from training.fixtures.tiny_mailbox_model import MODEL_SHAPE, OTHER_SEEDS, _tokenizer_for, episode, warmup_episodes
+from training.model.chat_format import encode_conversation, pad_token_id, render
+from training.sft.whole_model import pad_batch
 
 TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 
@@ -127,7 +127,7 @@ def main(argv=None):
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from training.tiny_mailbox_model import MAILBOX_SYSTEM_PROMPT
+    from training.fixtures.tiny_mailbox_model import MAILBOX_SYSTEM_PROMPT
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, default=len(OTHER_SEEDS))
     ap.add_argument("--phase", action="append", default=[])
@@ -144,7 +144,7 @@ def main(argv=None):
     if args.tools_json:
         tools = json.loads(Path(args.tools_json).read_text())
     else:
-        from training.tiny_mailbox_model import mailbox_tools
+        from training.fixtures.tiny_mailbox_model import mailbox_tools
         tools = mailbox_tools()
     if args.load:
         from transformers import AutoTokenizer

@@ -77,7 +77,7 @@ def run_ours(steps: int, lr: float, seed: int, out: Path, threads: int,
 
     from training.config import RunConfig
     from training.events import StepFinished
-    from training.loop import run
+    from training.rl.loop import run
     from training.types import Score
 
     torch.set_num_threads(threads)
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     python = os.environ.get("TRL_PYTHON") or str(ROOT / ".venv-trl" / "bin" / "python")
     if not Path(python).exists():
         raise SystemExit(f"no TRL interpreter at {python}; run `make trl-venv` (or set TRL_PYTHON)")
-    from training.tiny_model import ensure_tiny_model
+    from training.fixtures.tiny_model import ensure_tiny_model
 
     ensure_tiny_model(MODEL_DIR)
     runs: dict[str, list[list[dict[str, Any]]]] = {"trl": [], "ours": []}

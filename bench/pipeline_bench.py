@@ -53,7 +53,7 @@ def progress(message: str) -> None:
 
 
 def bench_config(mode: str, *, steps: int, seed: int, out: Path, judge: dict[str, Any] | None) -> Any:
-    from training.demo import demo_config
+    from training.fixtures.demo import demo_config
 
     data = demo_config(out_dir=out, steps=steps, model_dir=MODEL_DIR, name=f"{mode}-{seed}").model_dump()
     data.update(seed=seed, evaluation={}, pipeline={"enabled": mode == "pipelined"}, judge=judge)
@@ -63,7 +63,7 @@ def bench_config(mode: str, *, steps: int, seed: int, out: Path, judge: dict[str
 
 
 def run_once(mode: str, *, steps: int, seed: int = 0, judge: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    from training.loop import run
+    from training.rl.loop import run
 
     scorer = None
     if judge is not None:
@@ -192,7 +192,7 @@ def curve_table(c: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from training.tiny_model import ensure_tiny_model
+    from training.fixtures.tiny_model import ensure_tiny_model
 
     p = argparse.ArgumentParser(prog="python -m bench.pipeline_bench")
     p.add_argument("--latencies", type=float, nargs="+", default=[0.5, 1.5, 3.0])

@@ -45,7 +45,7 @@ def progress(message: str) -> None:
 
 
 def write_data(path: Path, count: int, seed: int) -> None:
-    from training.tiny_model import synthetic_games
+    from training.fixtures.tiny_model import synthetic_games
 
     path.write_text("".join(json.dumps({"messages": g}) + "\n" for g in synthetic_games(count, seed=seed)))
 
@@ -71,10 +71,10 @@ def run_ours(data: Path, args: argparse.Namespace, seed: int) -> dict[str, Any]:
     import torch
 
     from training.config import LoraConfig
-    from training.sft_config import SFTOptions
-    from training.sft_data import read_conversations
-    from training.sft_packing import plan_run
-    from training.sft_trainer import SFTTrainer
+    from training.config.sft import SFTOptions
+    from training.sft.data import read_conversations
+    from training.sft.packing import plan_run
+    from training.sft.trainer import SFTTrainer
 
     torch.set_num_threads(args.threads)
     options = SFTOptions(batch_tokens=args.max_length * args.batch_size, micro_batch_tokens=args.max_length,
@@ -99,7 +99,7 @@ def check_same_rendering() -> None:
     from transformers import AutoTokenizer
 
     from bench.trl_sft_side import MARKED_TEMPLATE
-    from training.tiny_model import synthetic_games
+    from training.fixtures.tiny_model import synthetic_games
 
     tokenizer = AutoTokenizer.from_pretrained(MODEL_DIR)
     for conversation in synthetic_games(20, seed=1):
@@ -127,7 +127,7 @@ def main() -> int:
     python = os.environ.get("TRL_PYTHON") or str(ROOT / ".venv-trl" / "bin" / "python")
     if not Path(python).exists():
         raise SystemExit(f"no TRL interpreter at {python}: run `make trl-venv` (or set TRL_PYTHON)")
-    from training.tiny_model import ensure_tiny_model
+    from training.fixtures.tiny_model import ensure_tiny_model
 
     ensure_tiny_model(MODEL_DIR)
     check_same_rendering()

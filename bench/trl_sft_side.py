@@ -22,7 +22,7 @@ import time
 
 import torch
 
-# The project's ChatML template (training/chat_format.py) with the assistant's body and its end-of-turn marker
+# The project's ChatML template (training/model/chat_format.py) with the assistant's body and its end-of-turn marker
 # inside generation markers, which TRL's assistant_only_loss reads the mask from. Same text rendered.
 MARKED_TEMPLATE = (
     "{% if tools or messages[0].role == 'system' %}"

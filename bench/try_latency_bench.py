@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> None:
     from django.contrib.auth import get_user_model
 
     from tests.webapp.serving_world import build_adapters
-    from training.tiny_model import ensure_tiny_model
+    from training.fixtures.tiny_model import ensure_tiny_model
     from webapp.models import Agent, Checkpoint, Membership, Project, ProjectServer, Role, Run, ScenarioSet, TrySession
     from webapp.services.serving import SERVED_BASE, server_headers
     from webapp.services.trying import try_create

@@ -299,7 +299,7 @@ def bench_training(clients: list[int], steps: int, repeat: int) -> None:
     from tests.webapp.factories import project_factory, user_factory
     from tests.webapp.factories import PASSWORD
 
-    from training.tiny_model import ensure_tiny_model
+    from training.fixtures.tiny_model import ensure_tiny_model
 
     ensure_tiny_model(ROOT / "var" / "tiny-model")  # the agent's base model must exist for the launch check
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))

@@ -1,6 +1,6 @@
 """A distillation teacher configured like a judge: any litellm model, behind the OpenAI client's
 `chat.completions.create`, so the engine's environments roll it out as they roll out the student
-(training/distill.py).
+(training/sft/distill.py).
 
 Each request goes through judging's one litellm module (judging.llm.call_chat: retries, errors with advice).
 The teacher counts what it is sent and what it costs; with a budget it refuses to start a request once the

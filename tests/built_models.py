@@ -31,7 +31,7 @@ def built_model(name: str, recipe: dict[str, Any], ensure: Callable[[Path], Path
 
 
 def _tiny_recipe() -> dict[str, Any]:
-    from training import tiny_model as recipe
+    from training.fixtures import tiny_model as recipe
 
     return {"build_version": recipe.BUILD_VERSION, "seed": 0, "sft_steps": recipe.SFT_STEPS}
 
@@ -41,15 +41,15 @@ def tiny_model_path() -> Path:
 
 
 def tiny_model() -> Path:
-    """The demo's tiny 2048 model (training/tiny_model.py)."""
-    from training import tiny_model as recipe
+    """The demo's tiny 2048 model (training/fixtures/tiny_model.py)."""
+    from training.fixtures import tiny_model as recipe
 
     return built_model("tiny-model", _tiny_recipe(), recipe.ensure_tiny_model)
 
 
 def quick_mailbox_model(sft_steps: int) -> Path:
     """The tiny mailbox model with a short warm-up (tests/training/mcp_helpers.py says why it is enough)."""
-    from training import tiny_mailbox_model as recipe
+    from training.fixtures import tiny_mailbox_model as recipe
 
     return built_model("tiny-mailbox-model", {"build_version": recipe.BUILD_VERSION, "seed": 0, "sft_steps": sft_steps},
                        lambda path: recipe.ensure_tiny_mailbox_model(path, sft_steps=sft_steps))

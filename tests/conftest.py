@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.built_models import tiny_model
+from tests.webapp.browser import CHROMIUM
 
 try:  # the engine's own Python 3.12 environment (make test-engine-py312) has no Hypothesis
     from hypothesis import settings as hypothesis_settings
@@ -39,9 +40,6 @@ def pytest_configure(config: pytest.Config) -> None:
         share = str(max(1, (os.cpu_count() or 1) // int(workers)))
         for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
             os.environ.setdefault(name, share)
-
-
-CHROMIUM = "/usr/bin/chromium"  # Debian's, driven by Playwright (never a browser download)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -148,7 +146,8 @@ def _fixture_group(item: pytest.Item) -> str | None:
 
 @functools.cache
 def _launches_chromium(module) -> bool:
-    return "chromium.launch(" in inspect.getsource(module)
+    source = inspect.getsource(module)  # tests/webapp/browser.py's launcher, or a launch of its own
+    return "launch_chromium(" in source or "chromium.launch(" in source
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -2,6 +2,8 @@
 tests/judging and tests/webapp all use them.
 
 - `free_port()`: a loopback port nobody listens on now, for a server that must be told its port.
+- `closed_port()`: a loopback port where a connection is refused at once for as long as this process lives, for an
+  address that must lead nowhere (a judge, MCP server or webhook that is down).
 - `wait_for(predicate)`: polls until the predicate returns something true, and returns it; on a timeout the error
   says what was waited for and, through `explain`, the state of the thing.
 - `wait_listening(port, proc=..., log=...)`: returns once that process itself listens on the port (port 0: on any
@@ -9,6 +11,7 @@ tests/judging and tests/webapp all use them.
 """
 from __future__ import annotations
 
+import functools
 import socket
 import subprocess
 import time
@@ -22,6 +25,20 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@functools.cache
+def _held_closed() -> socket.socket:
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    return held
+
+
+def closed_port() -> int:
+    """This process holds the port bound and never listens on it: a connection is refused (no network, no hang),
+    and no server started later, by this test or another worker, can bind it, which a port found free and let go
+    (`free_port()`) could not promise. One port serves every caller in the process."""
+    return _held_closed().getsockname()[1]
 
 
 def listening(port: int) -> bool:

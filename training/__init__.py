@@ -4,6 +4,6 @@ Pure Python: never imports Django, the web app or the judge. Heavy imports (torc
 happen inside the modules that need them, so `import training` is cheap.
 Run it with `python -m training --help`.
 """
-from training.errors import TrainingError
+from training.types import TrainingError
 
 __all__ = ["TrainingError"]

@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from training.config import RunConfig, load_run_config
-from training.errors import TrainingError
-from training.evaluation import verdict
-from training.events import (Event, EvaluationFinished, GroupScored, HeldOutLoss, MemoryPlanned, MonitorAlert,
+from training.events import (EvaluationFinished, Event, GroupScored, HeldOutLoss, MemoryPlanned, MonitorAlert,
                              RunFailed, RunStarted, StepFinished)
+from training.rl.evaluation import verdict
+from training.types import TrainingError
 
 
 def _fmt(value: float | None) -> str:
@@ -112,7 +112,7 @@ def load_scorer(config: RunConfig):
 
 
 def run_config(config: RunConfig) -> int:
-    from training.loop import run
+    from training.rl.loop import run
 
     summary = run(config, scorer=load_scorer(config), sink=ConsoleReporter(config.steps))
     print(f"run {summary.status}: {summary.steps_done} steps; checkpoints in {config.output_dir}/checkpoints",
@@ -122,14 +122,14 @@ def run_config(config: RunConfig) -> int:
 
 def print_plan(config: RunConfig, *, gpu_gib: float | None, gpu_count: int, as_json: bool) -> int:
     """Prints the memory plan; 1 when it does not fit, 0 otherwise (also without a GPU to judge against)."""
-    from training.memory_plan import GiB, plan_memory, read_shape
+    from training.gpu.memory_plan import GiB, plan_memory, read_shape
 
     if gpu_gib is not None:
         if gpu_gib <= 0 or not 1 <= gpu_count <= 1024:
             raise TrainingError("--gpu-gib must be above 0 and --gpu-count between 1 and 1024")
         totals = [int(gpu_gib * GiB)] * gpu_count
     else:
-        from training.gpu_sharing import read_gpus
+        from training.gpu.sharing import read_gpus
 
         totals = [g.total for g in read_gpus()]
     result = plan_memory(config, read_shape(config.base_model), totals)
@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
             return print_plan(load_run_config(args.config), gpu_gib=args.gpu_gib, gpu_count=args.gpu_count,
                               as_json=args.json)
         if args.command == "export-merged":
-            from training.export import merge_adapter
+            from training.model.export import merge_adapter
 
             def progress(phase: str, fraction: float) -> None:
                 print(json.dumps({"kind": "export_progress", "phase": phase, "progress": fraction}), flush=True)
@@ -195,12 +195,12 @@ def main(argv: list[str] | None = None) -> int:
                           progress=progress)
             return 0
         if args.command == "build-tiny-model":
-            from training.tiny_model import build_tiny_model
+            from training.fixtures.tiny_model import build_tiny_model
 
             build_tiny_model(Path(args.dir), seed=args.seed)
             return 0
         if args.command in ("run", "sft"):
-            from training.preflight import preflight
+            from training.model.preflight import preflight
 
             config = load_run_config(args.config, kind="sft" if args.command == "sft" else None)
             if problems := preflight(config):  # fail in a second, not after the server started
@@ -209,15 +209,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "evaluate":
             import asyncio
 
-            from training.checks import evaluate_checkpoint
+            from training.rl.checks import evaluate_checkpoint
 
             config = load_run_config(args.config)
             asyncio.run(evaluate_checkpoint(config, args.checkpoint, scorer=load_scorer(config),
                                             sink=ConsoleReporter(config.steps), baseline=args.baseline))
             return 0
         if args.task == "sft":
-            from training.demo_sft import report, sft_demo
-            from training.tiny_model import ensure_tiny_model
+            from training.fixtures.demo_sft import report, sft_demo
+            from training.fixtures.tiny_model import ensure_tiny_model
 
             model_dir = args.model_dir or "var/tiny-model"
             ensure_tiny_model(model_dir)
@@ -227,15 +227,15 @@ def main(argv: list[str] | None = None) -> int:
             print(report(summary), file=sys.stderr)
             return 0
         if args.task == "mailbox":
-            from training.demo import mailbox_demo_config
-            from training.tiny_mailbox_model import ensure_tiny_mailbox_model
+            from training.fixtures.demo import mailbox_demo_config
+            from training.fixtures.tiny_mailbox_model import ensure_tiny_mailbox_model
 
             model_dir = args.model_dir or "var/tiny-mailbox-model"
             ensure_tiny_mailbox_model(model_dir)
             return run_config(mailbox_demo_config(out_dir=args.out or "var/demo-mailbox", steps=args.steps or 20,
                                                   model_dir=model_dir, seed=args.seed))
-        from training.demo import demo_config
-        from training.tiny_model import ensure_tiny_model
+        from training.fixtures.demo import demo_config
+        from training.fixtures.tiny_model import ensure_tiny_model
 
         model_dir = args.model_dir or "var/tiny-model"
         ensure_tiny_model(model_dir)
@@ -246,6 +246,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from training.process_exit import end_process
+    from training.servers.process_exit import end_process
 
     end_process(main())  # without the interpreter's finalisation, which could abort a completed run's process

@@ -1,12 +1,13 @@
-"""Typed events: the contract between the engine and whoever watches it (CLI, web app).
+"""The contract between the engine and whoever watches it (CLI, web app): typed events out, control in.
 
 The loop calls an injected `sink(event)` for each; `event.to_dict()` is the JSON form (with a `kind` key) that the
 web app stores as a RunEvent and streams to browsers. A sink must be quick: it runs on the loop's thread.
 """
 from __future__ import annotations
 
+import asyncio
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, ClassVar, Literal
+from typing import Any, Callable, ClassVar, Literal, Protocol
 
 from training.types import JudgeReport
 
@@ -36,7 +37,7 @@ class RunStarted(Event):
 
 @dataclass
 class MemoryPlanned(Event):
-    """The memory plan the run starts with (training/memory_plan.py): how vLLM and the trainer share the GPUs
+    """The memory plan the run starts with (training/gpu/memory_plan.py): how vLLM and the trainer share the GPUs
     (`sharing`: none, split, sleep; cpu without a GPU), why, vLLM's memory share where it is set, and the
     plan's lines as a person reads them."""
     kind: ClassVar[str] = "memory_planned"
@@ -71,7 +72,7 @@ class GroupScored(Event):
     skipped: bool
     errors: list[str] = field(default_factory=list)
     scoring_error: str | None = None
-    role: str = ""  # the part its trajectories played, in a game with several players (training/episodes.py)
+    role: str = ""  # the part its trajectories played, in a game with several players (training/types.py)
 
 
 @dataclass
@@ -90,7 +91,7 @@ class JudgeUsage(Event):
 
 @dataclass
 class RolloutsWanted(Event):
-    """An external agent's step is open (training/external.py): what its process rolls out, with which adapter
+    """An external agent's step is open (training/rl/external.py): what its process rolls out, with which adapter
     (`model`) through which endpoint, and until when. Scenarios go without their reference answers (the judge's)."""
 
     kind: ClassVar[str] = "rollouts_wanted"
@@ -198,7 +199,7 @@ class RunFailed(Event):
 
 @dataclass
 class EvaluationFinished(Event):
-    """A held-out evaluation (training.evaluation): `metrics` holds eval_win_rate (ties half), eval_ci_low/high
+    """A held-out evaluation (training.rl.evaluation): `metrics` holds eval_win_rate (ties half), eval_ci_low/high
     (95 % bootstrap over scenarios), eval_scenarios, eval_samples (answers per side per scenario),
     eval_comparisons, eval_env_checkpoint/base, ...; `scenarios` the per-scenario comparisons."""
 
@@ -224,7 +225,7 @@ class HeldOutLoss(Event):
 
 @dataclass
 class MonitorAlert(Event):
-    """A monitor crossed its threshold (training.monitors); `pause` asks the watcher to pause the run."""
+    """A monitor crossed its threshold (training.rl.monitors); `pause` asks the watcher to pause the run."""
 
     kind: ClassVar[str] = "monitor_alert"
     step: int
@@ -237,7 +238,7 @@ class MonitorAlert(Event):
 
 @dataclass
 class TrackerFailed(Event):
-    """An experiment tracker (training/trackers.py) failed: it is dropped for the rest of the run, which goes on."""
+    """An experiment tracker (training/rl/trackers.py) failed: it is dropped for the rest of the run, which goes on."""
 
     kind: ClassVar[str] = "tracker_failed"
     tracker: str
@@ -249,3 +250,42 @@ EventSink = Callable[[Event], None]
 
 def null_sink(event: Event) -> None:
     """A sink that ignores everything (the default)."""
+
+
+# How the outside world steers a running loop: pause, resume, cancel.
+#
+# The loop polls `control.state()` between phases; a pause holds the loop at the next phase boundary until the
+# state changes. The web app implements this on the Run row; the CLI uses `StaticControl`.
+
+ControlState = Literal["run", "pause", "cancel"]
+
+
+class Control(Protocol):
+    def state(self) -> ControlState: ...
+
+
+class StaticControl:
+    """A control whose state is set in-process (CLI, tests)."""
+
+    def __init__(self, state: ControlState = "run") -> None:
+        self._state: ControlState = state
+
+    def set(self, state: ControlState) -> None:
+        self._state = state
+
+    def state(self) -> ControlState:
+        return self._state
+
+
+async def wait_for_go(control: Control, on_hold: Any = None, on_pause: Any = None) -> bool:
+    """Holds while paused; False when the run is cancelled. `on_hold` runs once before a pause or a cancel;
+    `on_pause()` (not awaited) once the loop holds for a pause, after `on_hold`: whoever watches is told the engine
+    has stopped working, so a page does not go on saying "pausing" (a pause may land between two boundaries whose
+    events would otherwise say so)."""
+    if control.state() != "run" and on_hold is not None:
+        await on_hold()
+    if control.state() == "pause" and on_pause is not None:
+        on_pause()
+    while (state := control.state()) == "pause":
+        await asyncio.sleep(0.2)
+    return state != "cancel"

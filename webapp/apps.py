@@ -10,7 +10,7 @@ class WebappConfig(AppConfig):
 
     def ready(self) -> None:
         from webapp.api.strict_input import strict_input_install
-        from training.process_guard import hide_environment
+        from training.environments.process_guard import hide_environment
         from webapp.execution import executors
 
         strict_input_install()

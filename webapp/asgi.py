@@ -19,8 +19,10 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: 
 from django.urls import path  # noqa: E402
 
 from webapp.live.consumers import RunConsumer  # noqa: E402
+from webapp.live.try_channel import TryConsumer  # noqa: E402
 
-websocket_urlpatterns = [path("ws/runs/<int:run_id>/", RunConsumer.as_asgi())]
+websocket_urlpatterns = [path("ws/runs/<int:run_id>/", RunConsumer.as_asgi()),
+                         path("ws/try/<int:session_id>/", TryConsumer.as_asgi())]
 
 application = ProtocolTypeRouter({
     "http": ASGIStaticFilesHandler(django_asgi),

@@ -122,7 +122,7 @@ class ExampleAgentForm(BaseModelFormMixin, forms.Form):
                                             "the held-out win rate against the base model is measured on them.")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        from training.examples import EXAMPLES
+        from training.fixtures.examples import EXAMPLES
         from webapp.model_catalogue import base_model_choices
 
         super().__init__(*args, **kwargs)

@@ -16,7 +16,7 @@ def default_choice() -> tuple[str, str]:
     """(example, model) chosen when the page opens: an example warmed up on a model this deployment offers (its
     own game then scores answers the model already writes in the right form), else the first example and, where
     the deployment offers one model only, that model."""
-    from training.examples import EXAMPLES
+    from training.fixtures.examples import EXAMPLES
     from webapp.model_catalogue import base_model_choices
 
     offered = [name for name, _ in base_model_choices()]
@@ -38,7 +38,7 @@ class GuidedStartForm(forms.Form):
     launch_token = forms.CharField(required=False, max_length=64, widget=forms.HiddenInput())
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        from training.examples import EXAMPLES
+        from training.fixtures.examples import EXAMPLES
         from webapp.model_catalogue import base_model_choices
 
         super().__init__(*args, **kwargs)
@@ -48,4 +48,8 @@ class GuidedStartForm(forms.Form):
         self.fields["base_model"].choices = base_model_choices()  # radio buttons: no "choose a model" entry
         example, model = default_choice()
         self.fields["example"].initial, self.fields["base_model"].initial = example, model
+        # Clicking an example selects the model warmed up for it, where the deployment offers it
+        # (static/webapp/guided_start.js): a game must not go to the 2048 model because that was selected first.
+        offered = {name for name, _ in self.fields["base_model"].choices}
+        self.example_models = {e.key: e.model for e in EXAMPLES.values() if e.model in offered}
         self.initial.setdefault("launch_token", uuid.uuid4().hex)  # a second send of this page launches nothing

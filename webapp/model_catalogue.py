@@ -8,9 +8,10 @@ its name, or a Hugging Face id the deployment allows.
 - STUDIO_BASE_MODELS is JSON, `{"name": {"source": ..., "description": ..., "context_length": ...}}`, or `@path`
   to a JSON file of that shape. `source` is a Hugging Face id or an absolute directory on the workers. An entry
   set to null removes a default entry. An entry may also give `chat_template`, the model's chat family
-  (training/chat_templates) where its own template is not recognised, and `tool_parser`, vLLM's tool-call
-  parser. The tiny offline model (`tiny-2048`, the one `make demo` builds under var/tiny-model on first use) is
-  always there unless the deployment redefines or removes it.
+  (training/model/chat_templates) where its own template is not recognised, and `tool_parser`, vLLM's tool-call
+  parser. The tiny offline models are always there unless the deployment redefines or removes them: `tiny-2048`
+  (the one `make demo` builds under var/tiny-model on first use) and `tiny-games` (var/tiny-games-model, the game
+  examples' own model; `python -m training.fixtures.tiny_games_model` builds it).
 - STUDIO_HF_MODELS is a comma list of Hugging Face id patterns, e.g. `Qwen/*,meta-llama/Llama-3.2-1B-Instruct`;
   empty (the default) allows none. Ids only: `owner/name` of letters, digits, `_ . -`, never a path.
 
@@ -35,6 +36,10 @@ HF_VARIABLE = "STUDIO_HF_MODELS"
 HF_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
 HF_PATTERN = re.compile(r"^[A-Za-z0-9*][A-Za-z0-9_.*-]{0,95}/[A-Za-z0-9*][A-Za-z0-9_.*-]{0,95}$")
 TINY_MODEL = "tiny-2048"
+GAMES_MODEL = "tiny-games"  # training/fixtures/examples.py GAMES_MODEL: the Tic Tac Toe, Codenames and Temporal Clue default
+# How a shipped model that is not built yet gets built: the launch and the example form say it where it is missing.
+BUILD_HINTS = {TINY_MODEL: "`make demo` builds it",
+               GAMES_MODEL: "`python -m training.fixtures.tiny_games_model` builds it (several minutes on a CPU)"}
 SHOWN_MAX = 120  # how much of a refused value a message repeats
 
 
@@ -45,7 +50,7 @@ class ModelEntry(BaseModel):
     description: str = Field("", max_length=500, description="What the model is for, shown to project members.")
     context_length: int = Field(ge=1, le=10_000_000, description="Tokens of context, shown in the agent form.")
     chat_template: str | None = Field(
-        None, max_length=100, description="The model's chat family (training/chat_templates: qwen3, qwen2_5, "
+        None, max_length=100, description="The model's chat family (training/model/chat_templates: qwen3, qwen2_5, "
         "llama3, gemma3, mistral), for a model whose chat template is not recognised as its family's.")
     tool_parser: str | None = Field(None, max_length=100, pattern=r"^[a-z0-9_]+$",
                                     description="vLLM's --tool-call-parser for the model (default: its family's).")
@@ -53,7 +58,7 @@ class ModelEntry(BaseModel):
     @field_validator("chat_template")
     @classmethod
     def _known_family(cls, value: str | None) -> str | None:
-        from training.chat_templates import FAMILIES
+        from training.model.chat_templates import FAMILIES
 
         if value is not None and value not in FAMILIES:
             raise ValueError(f"give a chat family, one of {', '.join(FAMILIES)}")
@@ -90,11 +95,18 @@ def _check_source(name: str, source: str) -> None:
 
 
 def default_entries(base_dir: Path) -> dict[str, ModelEntry]:
-    from training.tiny_model import MODEL_SHAPE
+    from training.fixtures.tiny_games_model import MODEL_SHAPE as GAMES_SHAPE
+    from training.fixtures.tiny_model import MODEL_SHAPE
 
     return {TINY_MODEL: ModelEntry(
         source=str(base_dir / "var" / "tiny-model"), context_length=int(MODEL_SHAPE["max_position_embeddings"]),
-        description="The tiny offline model (no download; `make demo` builds it): it learns 2048 moves on a CPU.")}
+        description="The tiny offline model (no download; `make demo` builds it): it learns 2048 moves on a CPU."),
+        GAMES_MODEL: ModelEntry(
+        source=str(base_dir / "var" / "tiny-games-model"),
+        context_length=int(GAMES_SHAPE["max_position_embeddings"]),
+        description="The tiny offline games model (no download; `python -m training.fixtures.tiny_games_model` builds it): "
+                    "the Tic Tac Toe, Codenames and Temporal Clue examples' own model, warmed up on the Tic Tac Toe "
+                    "and Temporal Clue answer formats.")}
 
 
 def parse_catalogue(raw: str | None, *, base_dir: Path) -> dict[str, ModelEntry]:
@@ -193,6 +205,15 @@ def hf_model_patterns() -> list[str]:
     return list(_deployment()[1])
 
 
+def unbuilt_model(name: str) -> str | None:
+    """The sentence that says how to build `name` where it is a shipped model (BUILD_HINTS) whose directory is not
+    on this machine yet (as the launch's own check finds it); else None."""
+    entry = _deployment()[0].get(name)
+    if name not in BUILD_HINTS or entry is None or _is_hf_id(entry.source) or Path(entry.source).is_dir():
+        return None
+    return f"{name} is not built yet: {BUILD_HINTS[name]}"
+
+
 def model_reasons(value: str) -> bool:
     """Whether base model `value` is of a chat family with a reasoning block a run may keep or drop (Qwen3): by
     its catalogue entry's family, else by its chat template's fingerprint where its files are here (a directory,
@@ -200,9 +221,9 @@ def model_reasons(value: str) -> bool:
     here nor named by the catalogue is taken not to reason."""
     from django.conf import settings
 
-    from training.chat_templates import FAMILIES, family_of
-    from training.chat_templates.serving import model_chat_template
-    from training.hub import cached_snapshot
+    from training.model.chat_templates import FAMILIES, family_of
+    from training.model.chat_templates.serving import model_chat_template
+    from training.model.hub import cached_snapshot
 
     try:
         model = resolve_base_model(value)

@@ -92,6 +92,15 @@ def held_phase(run: Run, *, step: int, trained: bool) -> str | None:
     return f"paused after step {step}" if step else "paused before step 1"
 
 
+# A gated run paused before its step's review began: its engine holds the step, and Resume opens the review. Once
+# parked (the engine stopped), Resume rolls the step out again instead, and the phase must stop promising it.
+OPENS_REVIEW = ": Resume opens it"
+
+
+def paused_before_review_phase(step: int) -> str:
+    return f"paused before step {step}'s review{OPENS_REVIEW}"
+
+
 def status_label(run: Run) -> str:
     """The run's status as the header shows it: "Pausing" until the engine reached its boundary."""
     if run.status == RunStatus.PAUSED and (run.phase or "").startswith(PAUSING):

@@ -11,6 +11,15 @@
   let retry = 1000;
   const finalStatuses = new Set(["completed", "failed", "cancelled"]);
 
+  // A double-click on a run control is one action: the first click's answer swaps the header, and Resume takes
+  // Pause's place, so the second click (event.detail 2) would undo what the first did. Dropped before htmx sees it.
+  document.addEventListener("click", (event) => {
+    if (event.detail > 1 && event.target instanceof Element && event.target.closest("#run-header .controls")) {
+      event.preventDefault();
+      event.stopImmediatePropagation();
+    }
+  }, true);
+
   function byStep(points, point) {
     const i = points.findIndex((p) => p.step === point.step);
     if (i >= 0) points[i] = point; else points.push(point);
@@ -233,8 +242,21 @@
     }, 1000);
   }
 
+  // run_held: a paused engine reached its boundary, the only event that ends "Pausing" when the pause met the
+  // engine between two steps.
   const headerKinds = new Set(["status", "run_started", "run_finished", "run_failed", "review_requested",
-                               "review_applied", "step_finished", "events_summarized"]);
+                               "review_applied", "step_finished", "events_summarized", "run_held"]);
+  // What an answer of a step that has not trained says follows the run's state (webapp/review_state.py): a park,
+  // a resume, a failure or the end change what Resume or Approve will do with it, so those cards are re-rendered.
+  // (Not on run_started: a resumed engine's new groups replace those cards, and a refresh racing that is a 404.)
+  const fateKinds = new Set(["status", "run_finished", "run_failed", "review_requested"]);
+
+  function refreshUntrainedCards(run) {
+    if (!run) return;
+    document.querySelectorAll("#groups .group[data-step]").forEach((card) => {
+      if (Number(card.dataset.step) > run.steps_done) refreshCard(card);
+    });
+  }
 
   function onMessage(message) {
     if (message.seq <= lastSeq) return;
@@ -243,6 +265,7 @@
     if (handler) handler(message.data);
     document.dispatchEvent(new CustomEvent("studio:run-event", {detail: message}));  // evaluation.js listens
     onRunSummary(message.data.run);
+    if (fateKinds.has(message.kind)) refreshUntrainedCards(message.data.run);
     if (headerKinds.has(message.kind)) fetchInto(live.dataset.headerUrl, "#run-header", "outerHTML");
   }
 

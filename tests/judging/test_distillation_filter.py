@@ -1,6 +1,6 @@
 """Distillation with the rubric as the filter, over real HTTP and real litellm on both sides: a teacher double
 answers each scenario n times (through studio.teacher.TeacherClient, as the web app calls a teacher), the judge
-double ranks the group against the rubric, and training.distill keeps the judge's best answer when it reaches
+double ranks the group against the rubric, and training.sft.distill keeps the judge's best answer when it reaches
 the threshold."""
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from studio.scoring import judge_scorer_from_config
 from studio.teacher import TeacherBudgetSpent, TeacherClient
 from tests.judge_double import JudgeDouble
 from training.config import SamplingConfig
-from training.distill import distil
 from training.environments import RolloutConfig, get_environment, parse_options
+from training.sft.distill import distil
 from training.types import Scenario
 
 SCENARIOS = [Scenario(id="refunds", user_message="What is the refund policy?"),

@@ -18,8 +18,8 @@ import pytest
 from tests.local_server import (closed_by_peer, connect, read_response, server_rss_bytes, server_threads,
                                 start_local_server)
 from training.config import ServerConfig
-from training.errors import TrainingError
 from training.servers import InferenceServer, start_server
+from training.types import TrainingError
 
 TOKEN = secrets.token_urlsafe(24)
 HEADER_TIMEOUT_S = 2
@@ -132,7 +132,7 @@ def test_without_the_token_every_route_is_401(server: InferenceServer, method: s
 def test_an_adapter_cannot_be_loaded_without_the_token(server: InferenceServer, tiny_model_dir: Path,
                                                         tmp_path: Path) -> None:
     from training.config import GRPOConfig, LoraConfig
-    from training.trainer import Trainer
+    from training.rl.trainer import Trainer
 
     # The attacker's adapter: a valid one, which the server loads for whoever has the token.
     Trainer(str(tiny_model_dir), LoraConfig(), GRPOConfig(), seed=0).save(tmp_path / "mine", {"step": 1})

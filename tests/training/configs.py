@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from training.config import RunConfig
-from training.demo import demo_config
+from training.fixtures.demo import demo_config
 
 
 def small_config(model_dir: Path, out: Path, **overrides) -> RunConfig:

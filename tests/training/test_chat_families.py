@@ -15,8 +15,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from training.chat_format import encode_conversation, end_of_turn_ids
-from training.chat_templates import FAMILIES, family_of, install, prepare_messages, tool_calls
+from training.model.chat_format import encode_conversation, end_of_turn_ids
+from training.model.chat_templates import FAMILIES, family_of, install, prepare_messages, tool_calls
 
 FIXTURES = Path(__file__).parent / "chat_families"
 SPECS = json.loads((FIXTURES / "families.json").read_text())
@@ -247,8 +247,8 @@ def test_rendering_a_tool_call_writes_what_the_template_renders_for_it(name):
 @pytest.mark.parametrize("name,variant", [("qwen3", True), ("mistral", True), ("gemma3", True), ("llama3", False),
                                           ("qwen2_5", False)])
 def test_vllm_is_started_with_the_training_template_of_a_family_that_needs_one(tmp_path, name, variant):
-    from training.chat_templates.families import training_template
-    from training.chat_templates.serving import vllm_chat_template_args
+    from training.model.chat_templates.families import training_template
+    from training.model.chat_templates.serving import vllm_chat_template_args
 
     model, run = tmp_path / "model", tmp_path / "run"
     model.mkdir()

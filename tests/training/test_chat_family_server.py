@@ -9,7 +9,7 @@ import pytest
 
 from tests.training.test_chat_families import CONVERSATION, NAMES, SPECS, TOOLS, conversation_for, ids, published, \
     published_turns, trained_runs
-from training.chat_format import encode_conversation, end_of_turn_ids
+from training.model.chat_format import encode_conversation, end_of_turn_ids
 
 
 @pytest.fixture(scope="module")

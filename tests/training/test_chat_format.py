@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from transformers import AutoTokenizer
 
-from training.chat_format import encode_conversation, render
+from training.model.chat_format import encode_conversation, render
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +85,8 @@ def test_a_tiny_tokenizer_loads_back_as_it_was_trained(tmp_path, variant):
     # whatever tokenizer.json says): the tiny models' SFT must have used the same split, digits and all.
     from transformers import Qwen2Config
 
-    from training import tiny_mailbox_model, tiny_model
+    from training.fixtures import tiny_mailbox_model
+    from training.fixtures import tiny_model
 
     text = ('{"id": "m0051", "date": "2024-02-28", "subject": "Iris budget approved"} room B41, TP123, '
             '45,000 euros; Board:\n2048 128 . 4 Ünïcode')

@@ -5,8 +5,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from training.chat_format import encode_conversation, end_of_turn_ids, pad_token_id, render
-from training.errors import TrainingError
+from training.model.chat_format import encode_conversation, end_of_turn_ids, pad_token_id, render
+from training.types import TrainingError
 
 # Each style: (special tokens, eos, pad, chat template, generation-config eos ids by token, end-of-turn token).
 CHATML = (
@@ -93,7 +93,7 @@ def test_a_truncated_sampled_turn_gets_the_templates_own_end_marker_untrained():
 
 def test_a_tokenizer_without_a_pad_token_pads_with_eos():
     torch = pytest.importorskip("torch", reason="pad_batch builds torch tensors")  # `make check-py312` has no torch
-    from training.sft import pad_batch
+    from training.sft.whole_model import pad_batch
 
     tokenizer, _ = build("mistral")
     assert tokenizer.pad_token_id is None

@@ -6,9 +6,9 @@ import json
 import torch
 from safetensors.torch import load_file
 
-from training.checkpoints import checkpoint_dir, latest_optimizer_state, save_state
 from training.config import GRPOConfig, LoraConfig
-from training.trainer import Trainer
+from training.model.checkpoints import checkpoint_dir, latest_optimizer_state, save_state
+from training.rl.trainer import Trainer
 
 
 def test_the_fast_adapter_write_holds_exactly_what_peft_saves(tiny_model_dir, tmp_path):

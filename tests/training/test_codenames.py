@@ -7,10 +7,8 @@ import pytest
 
 from tests.training.scripted_policy import MODEL, scripted_client
 from training.config import SamplingConfig
-from training.environments import RolloutConfig, get_environment, parse_options
-from training.environments import codenames_rules as rules
-from training.errors import TrainingError
-from training.types import Scenario
+from training.environments import RolloutConfig, codenames_rules as rules, get_environment, parse_options
+from training.types import Scenario, TrainingError
 
 SEED = 4
 

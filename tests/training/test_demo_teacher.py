@@ -5,11 +5,10 @@ from __future__ import annotations
 import asyncio
 import random
 
-from training.demo import demo_config
-from training.demo_teacher import Teacher2048, choose_move, parse_board
-from training.distill import distil
-from training.environments import RolloutConfig, get_environment, parse_options
-from training.environments import game_2048_rules as rules
+from training.environments import RolloutConfig, game_2048_rules as rules, get_environment, parse_options
+from training.fixtures.demo import demo_config
+from training.fixtures.demo_teacher import Teacher2048, choose_move, parse_board
+from training.sft.distill import distil
 from training.types import Scenario, env_reward_scorer
 
 

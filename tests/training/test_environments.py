@@ -4,11 +4,10 @@ import random
 
 import pytest
 
-from training.environments import game_2048_rules as rules
-from training.environments import get_environment, parse_options
+from training.environments import game_2048_rules as rules, get_environment, parse_options
 from training.environments.game_2048 import Game2048Options, game_reward
 from training.environments.tools import calculator
-from training.errors import TrainingError
+from training.types import TrainingError
 
 
 def test_sliding_left_merges_each_pair_once():
@@ -70,7 +69,7 @@ def test_calculator_refuses_powers_that_would_block_the_event_loop():
 def test_resume_finds_the_newest_checkpoint_past_step_9999(tmp_path):
     import json
 
-    from training.checkpoints import checkpoint_dir, latest_checkpoint
+    from training.model.checkpoints import checkpoint_dir, latest_checkpoint
 
     for step in (9998, 9999, 10000):
         path = checkpoint_dir(tmp_path, step)

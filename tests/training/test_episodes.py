@@ -1,5 +1,5 @@
 """The rules of an episode: a side that never moved is not a side of that game, and a trajectory that sampled no
-token is neither trained nor rewarded (training/episodes.py, training/groups.py)."""
+token is neither trained nor rewarded (training/types.py, training/rl/groups.py)."""
 from __future__ import annotations
 
 import asyncio
@@ -8,9 +8,8 @@ import pytest
 
 from tests.training.scripted_policy import MODEL, scripted_client
 from training.config import GRPOConfig, SamplingConfig
-from training.environments import RolloutConfig, get_environment, parse_options
-from training.environments import codenames_rules
-from training.groups import rollout_groups, score_group
+from training.environments import RolloutConfig, codenames_rules, get_environment, parse_options
+from training.rl.groups import rollout_groups, score_group
 from training.types import Scenario, Trajectory, TrajectoryGroup, env_reward_scorer
 
 

@@ -2,11 +2,10 @@ from __future__ import annotations
 
 import pytest
 
-from training.environments import get_environment, parse_options
-from training.environments import tictactoe_rules
+from training.environments import get_environment, parse_options, tictactoe_rules
 from training.environments.temporal_clue import scenario_puzzle
 from training.environments.temporal_clue_puzzles import solve
-from training.examples import EXAMPLES
+from training.fixtures.examples import EXAMPLES
 
 
 @pytest.mark.parametrize("key", sorted(EXAMPLES))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from training.errors import TrainingError
+from training.types import TrainingError
 
 PROMPTS = [f"New game. Board: {i} {i * 7 % 13} {i * 3 % 5}" for i in range(10)] + \
           [f"Question {i}: what is {i} plus {2 * i}?" for i in range(10)]
@@ -64,7 +64,7 @@ def _adapter_answers(tiny_model_dir: Path, adapter: Path) -> list[list[int]]:
 
 
 def test_the_merged_export_answers_as_the_adapter_does_and_loads_without_peft(tiny_model_dir, tmp_path):
-    from training.export import merge_adapter
+    from training.model.export import merge_adapter
 
     adapter = _adapter(tiny_model_dir, tmp_path / "adapter")
     phases: list[tuple[str, float]] = []
@@ -86,7 +86,7 @@ def test_the_merged_export_answers_as_the_adapter_does_and_loads_without_peft(ti
 
 
 def test_a_directory_without_an_adapter_is_refused_and_nothing_is_written(tiny_model_dir, tmp_path):
-    from training.export import merge_adapter
+    from training.model.export import merge_adapter
 
     with pytest.raises(TrainingError, match="adapter_config.json is missing"):
         merge_adapter(base_model=str(tiny_model_dir), adapter_dir=tmp_path, out_dir=tmp_path / "merged",

@@ -11,10 +11,10 @@ import openai
 import pytest
 
 from tests.training.configs import small_config
-from training.errors import TrainingError
 from training.events import RolloutsClosed, RolloutsWanted, StepFinished, TrainStep
-from training.external import Inbox, StaleModel, UnsampledTurn, assemble_trajectory, sse_chunks
-from training.loop import train
+from training.rl.external import Inbox, StaleModel, UnsampledTurn, assemble_trajectory, sse_chunks
+from training.rl.loop import train
+from training.types import TrainingError
 
 EXTERNAL = {"kind": "external", "options": {"group_timeout_s": 60}}
 
@@ -187,7 +187,7 @@ def test_a_group_that_does_not_come_is_recorded_as_failed_rollouts_and_the_step_
 
 
 def test_time_paused_does_not_count_against_the_groups_deadline(tiny_model_dir, tmp_path):
-    from training.control import StaticControl
+    from training.events import StaticControl
 
     control = StaticControl()
     agent = Agent(Inbox(), hand_in_after_s=3.5)  # after the 2 s deadline, but 3.3 s of that paused
@@ -218,7 +218,7 @@ def test_with_on_missing_fail_a_group_that_does_not_come_fails_the_run_naming_it
 
 
 def test_a_cancel_while_waiting_for_groups_ends_the_run_without_training_the_step(tiny_model_dir, tmp_path):
-    from training.control import StaticControl
+    from training.events import StaticControl
 
     control = StaticControl()
     agent = Agent(Inbox(), leave_out={(1, 0), (1, 1)})
@@ -245,7 +245,7 @@ def test_a_server_listening_everywhere_is_announced_by_the_machines_name():
     import socket
     from types import SimpleNamespace
 
-    from training.external import serve_http
+    from training.rl.external import serve_http
 
     url, stop = serve_http(SimpleNamespace(base_url="http://0.0.0.0:8123/v1"), "0.0.0.0")
     assert url == f"http://{socket.gethostname()}:8123/v1"

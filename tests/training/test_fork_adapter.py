@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from training.checkpoints import adapter_mismatches
 from training.config import GRPOConfig, LoraConfig
-from training.errors import TrainingError
-from training.loop import run
-from training.preflight import preflight
-from training.trainer import Trainer
+from training.model.checkpoints import adapter_mismatches
+from training.model.preflight import preflight
+from training.rl.loop import run
+from training.rl.trainer import Trainer
+from training.types import TrainingError
 
 from tests.training.configs import small_config
 

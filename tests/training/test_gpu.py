@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from training.config import GRPOConfig, LoraConfig, TrainerConfig
-from training.synthetic_model import build_synthetic_model, synthetic_groups
-from training.trainer import Trainer, step_memory_bytes
+from training.fixtures.synthetic_model import build_synthetic_model, synthetic_groups
+from training.rl.trainer import Trainer, step_memory_bytes
 
 pytestmark = [
     pytest.mark.gpu,

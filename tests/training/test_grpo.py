@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from training.grpo import group_advantages, policy_loss
+from training.rl.grpo import group_advantages, policy_loss
 
 
 def test_advantages_are_centered_and_divided_by_population_std():
@@ -88,7 +88,7 @@ def test_kl_is_reported_but_adds_nothing_when_beta_is_zero():
 def test_a_near_tie_stays_a_small_advantage_under_the_default_config():
     # Two answers a judge scored 0.80 and 0.81 differ by noise; std scaling (the old default) made them ±1.
     from training.config import GRPOConfig
-    from training.groups import apply_scores
+    from training.rl.groups import apply_scores
     from training.types import Scenario, Trajectory, TrajectoryGroup
 
     answer = [{"role": "assistant", "content": "an answer"}]

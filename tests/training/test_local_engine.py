@@ -10,13 +10,12 @@ import pytest
 import torch
 
 from training.config import GRPOConfig, LoraConfig
-from training.errors import TrainingError
-from training.grpo import group_advantages
+from training.rl.grpo import group_advantages
+from training.rl.trainer import Trainer
+from training.servers.engine import ApiError
 from training.servers.folded import foldable
 from training.servers.inprocess import InProcessServer
-from training.servers.engine import ApiError
-from training.trainer import Trainer
-from training.types import Scenario, Trajectory, TrajectoryGroup
+from training.types import Scenario, TrainingError, Trajectory, TrajectoryGroup
 
 BOARD = "New game. Board:\n. . 2 .\n. . . .\n. 2 . .\n. . . ."
 MESSAGES = [{"role": "user", "content": BOARD}]

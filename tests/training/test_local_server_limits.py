@@ -14,11 +14,11 @@ import pytest
 
 from tests.local_server import closed_by_peer, connect, read_response, start_local_server
 from training.config import ServerConfig
-from training.errors import TrainingError
-from training.external import serve_http
+from training.rl.external import serve_http
 from training.servers import InferenceServer
 from training.servers.inprocess import InProcessServer
 from training.servers.serving import bind_refusal, is_loopback
+from training.types import TrainingError
 
 LIMITS = {"header-timeout-s": 1, "body-timeout-s": 1, "keep-alive-s": 1, "max-body-bytes": 4096, "max-n": 4,
           "max-connections": 8}

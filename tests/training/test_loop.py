@@ -11,16 +11,15 @@ from pathlib import Path
 import pytest
 
 from training.config import RunConfig, parse_run_config
-from training.control import StaticControl
-from training.demo import demo_config
 from training.environments import register
 from training.environments.game_2048 import Game2048Environment
-from training.errors import TrainingError
-from training.events import GroupRolledOut, GroupScored, JudgeUsage, RunFailed, RunHeld, StepFinished, TrainStep
-from training.groups import covered_seconds
-from training.grpo import group_advantages
-from training.loop import run
-from training.types import JudgeReport, Score
+from training.events import (GroupRolledOut, GroupScored, JudgeUsage, RunFailed, RunHeld, StaticControl, StepFinished,
+                             TrainStep)
+from training.fixtures.demo import demo_config
+from training.rl.groups import covered_seconds
+from training.rl.grpo import group_advantages
+from training.rl.loop import run
+from training.types import JudgeReport, Score, TrainingError
 
 from tests.training.configs import small_config
 
@@ -54,7 +53,7 @@ def test_the_demo_learns_on_cpu(tiny_model_dir, tmp_path):
     first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
     assert summary.status == "completed" and len(rewards) == 20
     assert last > first + 0.1, f"rewards did not rise: {[round(r, 3) for r in rewards]}"
-    # Held-out evaluation on the demo's unseen starting positions against the base model, env reward (training/evaluation.py):
+    # Held-out evaluation on the demo's unseen starting positions against the base model, env reward (training/rl/evaluation.py):
     # measured 0.65-0.89 at steps 5-20 in 30-step demo runs; the final checkpoint's whole 95 % interval is above 50 %.
     evals = [h for h in summary.history if "eval_win_rate" in h]
     assert [h["step"] for h in evals] == [20]
@@ -86,7 +85,7 @@ def test_each_step_trains_checkpoints_and_serves_the_new_adapter(tiny_model_dir,
 
 
 class ScoringClock:
-    """The clock training/groups.py times scorings with, moved only by the test (no wall time in the assertions)."""
+    """The clock training/rl/groups.py times scorings with, moved only by the test (no wall time in the assertions)."""
 
     def __init__(self) -> None:
         self.now = 0.0
@@ -104,10 +103,10 @@ def test_scoring_time_is_the_wall_time_of_scoring_not_the_sum_of_concurrent_scor
                                                                                       monkeypatch):
     """Two scorings of one second each, the second starting 0.6 s into the first (on the test's clock): the step
     reports the 1.6 s they cover, not the 2 s they add up to."""
-    import training.groups
+    import training.rl.groups
 
     clock = ScoringClock()
-    monkeypatch.setattr(training.groups, "time", clock)
+    monkeypatch.setattr(training.rl.groups, "time", clock)
     second_started, first_done = asyncio.Event(), asyncio.Event()
     order: list[float] = []
 
@@ -366,7 +365,7 @@ def test_the_cli_names_an_unknown_config_key(tmp_path):
 
 
 def test_the_engine_imports_without_the_web_stack_or_the_judge():
-    code = ("import sys, training, training.loop, training.trainer, training.servers, training.__main__;"
+    code = ("import sys, training, training.rl.loop, training.rl.trainer, training.servers, training.__main__;"
             "bad = [m for m in ('django', 'celery', 'channels', 'judging', 'litellm', 'vllm', 'peft') if m in sys.modules];"
             "print(bad); sys.exit(1 if bad else 0)")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)

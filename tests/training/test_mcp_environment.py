@@ -9,8 +9,7 @@ from tests.training.mcp_helpers import FAULT_SERVER, MAILBOX, free_port, launch,
     stdio
 from training.environments.mailbox_server.mailbox import generate
 from training.environments.mcp import reference_reward
-from training.errors import TrainingError
-from training.types import Scenario
+from training.types import Scenario, TrainingError
 
 
 def mailbox_scenario(index: int = 0) -> Scenario:

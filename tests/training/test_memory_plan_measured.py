@@ -10,10 +10,10 @@ import pytest
 
 from tests.training.test_memory_plan import model_dir, reading, run_config
 from training.config import ServerConfig, parse_run_config
-from training.errors import TrainingError
 from training.gpu.activation_probe import measure_pass
-from training.gpu_sharing import resolve_sharing
-from training.memory_plan import GiB, ModelShape, activations, plan_memory, read_shape
+from training.gpu.memory_plan import GiB, ModelShape, activations, plan_memory, read_shape
+from training.gpu.sharing import resolve_sharing
+from training.types import TrainingError
 
 # Whole models of each architecture at test size: wider than the probe's own (which scales heads to 4 and 8
 # wide and builds one or two layers), so the plan's terms are extrapolated to these, as to a real model.
@@ -51,7 +51,7 @@ def autograd_saved_bytes(model, vocab: int) -> int:
     its saved-tensor hooks see, the weights excluded."""
     import torch
 
-    from training.grpo import token_logprobs
+    from training.rl.grpo import token_logprobs
 
     weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
     saved: dict[int, int] = {}

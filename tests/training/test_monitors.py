@@ -10,10 +10,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from training.control import StaticControl
-from training.events import MonitorAlert, RunHeld, StepFinished
-from training.loop import run
-from training.monitors import MonitorConfig, Monitors, repeat_rate, step_signals
+from training.events import MonitorAlert, RunHeld, StaticControl, StepFinished
+from training.rl.loop import run
+from training.rl.monitors import MonitorConfig, Monitors, repeat_rate, step_signals
 from training.types import Scenario, Score, Trajectory, TrajectoryGroup
 
 from tests.training.configs import small_config

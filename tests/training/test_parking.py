@@ -4,12 +4,11 @@ and the kept step is gone once it trained. The real loop on the tiny model (trai
 the real judge scorer against the HTTP judge double."""
 from __future__ import annotations
 
-from training.control import StaticControl
-from training.events import (GroupRolledOut, GroupScored, JudgeUnavailable, ReviewApplied, ReviewRequested,
-                             RunFinished, RunStarted, TrainStep)
-from training.grpo import group_advantages
-from training.loop import run
-from training.parking.scored_step import FILE
+from training.events import (GroupRolledOut, GroupScored, JudgeUnavailable, ReviewApplied, ReviewRequested, RunFinished,
+                             RunStarted, StaticControl, TrainStep)
+from training.rl.grpo import group_advantages
+from training.rl.loop import run
+from training.rl.parking import FILE
 
 from tests.training.configs import small_config
 from tests.training.test_loop import Recorder

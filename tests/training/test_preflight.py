@@ -1,4 +1,4 @@
-"""training.preflight: the base model is checked before a run starts (exists, loads, fits), in plain sentences,
+"""training.model.preflight: the base model is checked before a run starts (exists, loads, fits), in plain sentences,
 and `python -m training run` fails fast with the same messages."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import shutil
 
 from training.__main__ import main
 from training.config import parse_run_config
-from training.preflight import preflight
+from training.model.preflight import preflight
 
 
 def _config(base_model, **extra):

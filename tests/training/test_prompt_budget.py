@@ -1,4 +1,4 @@
-"""training.prompt_budget and the launch check it feeds (training.preflight): a run whose opening prompt (system
+"""training.model.prompt_budget and the launch check it feeds (training.model.preflight): a run whose opening prompt (system
 prompt, tools as the chat template renders them, the longest scenario) plus max_tokens is more than the model's
 context is refused in words, with the numbers, before any worker starts; counted as the inference server counts."""
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from training.config import parse_run_config
-from training.preflight import preflight
-from training.prompt_budget import environment_tools, model_context, prompt_budget
+from training.model.preflight import preflight
+from training.model.prompt_budget import environment_tools, model_context, prompt_budget
 from training.types import Scenario
 
 SYSTEM = "You are a careful assistant. Answer in one line."

@@ -1,5 +1,5 @@
-"""The prompt budget of the model families users bring (training.prompt_budget): counted with the trainer's own
-rendering (training.chat_format.prompt_ids), the run's chat family and reasoning setting applied, so the budget
+"""The prompt budget of the model families users bring (training.model.prompt_budget): counted with the trainer's own
+rendering (training.model.chat_format.prompt_ids), the run's chat family and reasoning setting applied, so the budget
 of an opening prompt is exactly the tokens the trainer puts before the first trained token. Tokenizers and
 published templates: tests/training/chat_families (see test_chat_families.py)."""
 from __future__ import annotations
@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 
 from tests.training.test_chat_families import NAMES, TOOLS, published
-from training.chat_format import encode_conversation, end_of_turn_ids
-from training.chat_templates import install
 from training.config import ChatConfig, parse_run_config
 from training.environments.base import opening_messages
-from training.preflight import preflight
-from training.prompt_budget import prompt_budget
+from training.model.chat_format import encode_conversation, end_of_turn_ids
+from training.model.chat_templates import install
+from training.model.preflight import preflight
+from training.model.prompt_budget import prompt_budget
 from training.types import Scenario
 
 SYSTEM = "You answer questions about the weather."

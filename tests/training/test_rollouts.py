@@ -11,10 +11,9 @@ from openai import AsyncOpenAI
 from training.config import SamplingConfig, ServerConfig
 from training.environments import RolloutConfig, get_environment, parse_options
 from training.environments.tools import Tool, ToolsOptions, call_tool, resolve_tools
-from training.errors import TrainingError
+from training.fixtures.tiny_model import DEMO_SYSTEM_PROMPT, DEMO_USER_MESSAGE
 from training.servers import start_server
-from training.tiny_model import DEMO_SYSTEM_PROMPT, DEMO_USER_MESSAGE
-from training.types import Scenario
+from training.types import Scenario, TrainingError
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +91,7 @@ def test_asking_for_a_model_the_server_does_not_serve_is_an_error(server):
 
 
 def test_a_groups_identical_first_turns_reach_the_server_as_one_request_with_n_choices(server):
-    from training.groups import rollout_groups
+    from training.rl.groups import rollout_groups
 
     sent = []
 

@@ -17,14 +17,13 @@ import torch
 from transformers import AutoTokenizer
 
 from training.config import GRPOConfig, LoraConfig, ServerConfig
-from training.errors import TrainingError
-from training.grpo import group_advantages
+from training.fixtures.tiny_model import DEMO_SYSTEM_PROMPT
+from training.rl.grpo import group_advantages
+from training.rl.trainer import Trainer
 from training.servers import InferenceServer, start_server
-from training.servers.inprocess import InProcessServer
 from training.servers.engine import ApiError
-from training.tiny_model import DEMO_SYSTEM_PROMPT
-from training.trainer import Trainer
-from training.types import Scenario, Trajectory, TrajectoryGroup
+from training.servers.inprocess import InProcessServer
+from training.types import Scenario, TrainingError, Trajectory, TrajectoryGroup
 
 BOARD = "New game. Board:\n. . 2 .\n. . . .\n. 2 . .\n. . . ."
 MESSAGES = [{"role": "system", "content": DEMO_SYSTEM_PROMPT}, {"role": "user", "content": BOARD}]

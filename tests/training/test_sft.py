@@ -7,8 +7,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from training.sft import SFTConfig, sft_train  # noqa: E402
-from training.tiny_model import MODEL_SHAPE, build_tokenizer  # noqa: E402
+from training.fixtures.tiny_model import MODEL_SHAPE, build_tokenizer  # noqa: E402
+from training.sft.whole_model import SFTConfig, sft_train  # noqa: E402
 
 TOOLS = [{"type": "function", "function": {"name": "lookup", "description": "Look a word up.",
                                            "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from training.sft_data import MAX_DEPTH, MAX_ERRORS, json_depth, parse_jsonl, split_held_out
+from training.sft.data import MAX_DEPTH, MAX_ERRORS, json_depth, parse_jsonl, split_held_out
 
 GOOD = {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
                      {"role": "assistant", "content": "Hello."}]}

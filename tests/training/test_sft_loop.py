@@ -12,12 +12,12 @@ torch = pytest.importorskip("torch")
 
 from training.__main__ import main  # noqa: E402
 from training.config import parse_run_config  # noqa: E402
-from training.control import StaticControl  # noqa: E402
-from training.demo import demo_config  # noqa: E402
-from training.events import CheckpointSaved, EvaluationFinished, HeldOutLoss, RunStarted, StepFinished  # noqa: E402
-from training.loop import run  # noqa: E402
-from training.sft_config import SFTOptions, learning_rate_at  # noqa: E402
-from training.tiny_model import synthetic_games  # noqa: E402
+from training.config.sft import SFTOptions, learning_rate_at  # noqa: E402
+from training.events import (  # noqa: E402
+    CheckpointSaved, EvaluationFinished, HeldOutLoss, RunStarted, StaticControl, StepFinished)
+from training.fixtures.demo import demo_config  # noqa: E402
+from training.fixtures.tiny_model import synthetic_games  # noqa: E402
+from training.rl.loop import run  # noqa: E402
 
 
 def write_games(path: Path, count: int, seed: int = 11) -> Path:
@@ -125,7 +125,7 @@ def test_the_held_out_win_rate_judges_an_sft_checkpoint_against_the_base(tiny_mo
 
 
 def test_sft_options_and_run_kinds_are_checked_at_the_edge(tiny_model_dir, tmp_path):
-    from training.errors import TrainingError
+    from training.types import TrainingError
 
     with pytest.raises(TrainingError, match="the `sft` section is for kind .sft. runs"):
         parse_run_config({"base_model": "m", "scenarios": [{"id": "a", "user_message": "hi"}], "sft": {}})

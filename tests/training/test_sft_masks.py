@@ -12,9 +12,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from training.chat_format import encode_conversation, end_of_turn_ids, render
-from training.errors import TrainingError
-from training.sft_data import Conversation
+from training.model.chat_format import encode_conversation, end_of_turn_ids, render
+from training.sft.data import Conversation
+from training.types import TrainingError
 
 CHATML = dict(
     specials=["<|endoftext|>", "<|im_start|>", "<|im_end|>"], eos="<|im_end|>", pad="<|endoftext|>",

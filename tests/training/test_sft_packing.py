@@ -7,12 +7,12 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from training.config import LoraConfig  # noqa: E402
-from training.errors import TrainingError  # noqa: E402
-from training.grpo import token_logprobs  # noqa: E402
-from training.sft_config import SFTOptions  # noqa: E402
-from training.sft_data import Conversation  # noqa: E402
-from training.sft_packing import Encoded, check_lengths, epoch_steps, pack, plan_run  # noqa: E402
-from training.tiny_model import DEMO_SYSTEM_PROMPT, synthetic_games  # noqa: E402
+from training.config.sft import SFTOptions  # noqa: E402
+from training.fixtures.tiny_model import DEMO_SYSTEM_PROMPT, synthetic_games  # noqa: E402
+from training.rl.grpo import token_logprobs  # noqa: E402
+from training.sft.data import Conversation  # noqa: E402
+from training.sft.packing import Encoded, check_lengths, epoch_steps, pack, plan_run  # noqa: E402
+from training.types import TrainingError  # noqa: E402
 
 
 def conversations(n: int, seed: int = 5) -> list[Conversation]:
@@ -25,7 +25,7 @@ def fake_rows(lengths: list[int]) -> list[Encoded]:
 
 @pytest.fixture(scope="module")
 def trainer(tiny_model_dir):
-    from training.sft_trainer import SFTTrainer
+    from training.sft.trainer import SFTTrainer
 
     return SFTTrainer(str(tiny_model_dir), LoraConfig(), SFTOptions(batch_tokens=4096, micro_batch_tokens=1024))
 
@@ -63,7 +63,7 @@ def test_the_first_token_of_a_packed_conversation_is_never_trained():
 
 
 def test_the_loss_and_the_update_do_not_depend_on_how_conversations_are_packed(tiny_model_dir):
-    from training.sft_trainer import SFTTrainer
+    from training.sft.trainer import SFTTrainer
 
     rows = None
     results = []

@@ -8,11 +8,9 @@ from hypothesis import strategies as st
 
 from tests.training.scripted_policy import MODEL, scripted_client
 from training.config import SamplingConfig
-from training.environments import RolloutConfig, get_environment, parse_options
-from training.environments import temporal_clue_puzzles as puzzles
+from training.environments import RolloutConfig, get_environment, parse_options, temporal_clue_puzzles as puzzles
 from training.environments.temporal_clue import puzzle_scenario
-from training.errors import TrainingError
-from training.types import Scenario
+from training.types import Scenario, TrainingError
 
 
 @settings(max_examples=40, deadline=None)

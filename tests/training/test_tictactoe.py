@@ -7,11 +7,9 @@ import pytest
 
 from tests.training.scripted_policy import MODEL, scripted_client
 from training.config import SamplingConfig
-from training.environments import RolloutConfig, get_environment, parse_options
-from training.environments import tictactoe_rules as rules
-from training.errors import TrainingError
-from training.groups import rollout_groups
-from training.types import Scenario
+from training.environments import RolloutConfig, get_environment, parse_options, tictactoe_rules as rules
+from training.rl.groups import rollout_groups
+from training.types import Scenario, TrainingError
 
 
 def play(replies, board=rules.EMPTY, **options):

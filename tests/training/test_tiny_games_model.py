@@ -1,11 +1,10 @@
 """The games warm-up teaches the answer formats, not the games: its data, checked without building the model."""
 from __future__ import annotations
 
-from training.environments import temporal_clue_puzzles as puzzles
-from training.environments import tictactoe_rules as ttt
+from training.environments import temporal_clue_puzzles as puzzles, tictactoe_rules as ttt
 from training.environments.tictactoe import parse_move
-from training.examples import EXAMPLES
-from training.tiny_games_model import PUZZLE_SEEDS, clue_episodes, tictactoe_episodes
+from training.fixtures.examples import EXAMPLES
+from training.fixtures.tiny_games_model import PUZZLE_SEEDS, clue_episodes, tictactoe_episodes
 
 
 def test_warm_up_moves_are_well_formed_legal_and_uniformly_random_not_good_play():

@@ -10,14 +10,14 @@ import pytest
 from openai import AsyncOpenAI
 
 from tests.training.mcp_helpers import quick_mailbox_model
-from training.chat_format import encode_conversation
 from training.config import SamplingConfig, ServerConfig
 from training.environments import RolloutConfig, get_environment, parse_options
-from training.environments.mailbox_server.mailbox import PROJECTS, Mailbox, generate, scenario_records
+from training.environments.mailbox_server.mailbox import Mailbox, PROJECTS, generate, scenario_records
 from training.environments.mcp import reference_reward
+from training.fixtures.tiny_mailbox_model import (MAILBOX_SYSTEM_PROMPT, NAME_POOL, episode, mailbox_tools,
+                                                  project_names, warmup_episodes)
+from training.model.chat_format import encode_conversation
 from training.servers import start_server
-from training.tiny_mailbox_model import (MAILBOX_SYSTEM_PROMPT, NAME_POOL, episode, mailbox_tools, project_names,
-                                         warmup_episodes)
 from training.types import Scenario
 
 
@@ -63,7 +63,7 @@ def test_a_warm_up_episode_copies_its_search_answer_and_sources_from_what_it_has
 def test_the_variant_builds_and_a_whole_episode_fits_its_context(mailbox_model_dir):
     from transformers import AutoConfig, AutoTokenizer
 
-    from training.tiny_model import build_tokenizer as tiny_tokenizer
+    from training.fixtures.tiny_model import build_tokenizer as tiny_tokenizer
 
     config = AutoConfig.from_pretrained(mailbox_model_dir)
     tokenizer = AutoTokenizer.from_pretrained(mailbox_model_dir)

@@ -17,7 +17,7 @@ pytest.importorskip("mlflow")
 from tests.training.test_sft_loop import sft_config, write_games  # noqa: E402
 from training.config import parse_run_config  # noqa: E402
 from training.events import CheckpointSaved, HeldOutLoss, StepFinished, TrackerFailed  # noqa: E402
-from training.loop import run  # noqa: E402
+from training.rl.loop import run  # noqa: E402
 
 RUN_URL = "http://studio.example/runs/7/"
 
@@ -145,7 +145,7 @@ def test_a_tracker_that_fails_is_an_alert_and_the_run_completes(tiny_model_dir, 
 
 
 def test_tracker_settings_are_checked_at_the_edge(tiny_model_dir, tmp_path):
-    from training.errors import TrainingError
+    from training.types import TrainingError
 
     base = tracked_config(tiny_model_dir, tmp_path, (tmp_path / "mlruns").as_uri())
     for bad, named in (({"wandb": {"project": "p", "mode": "sometimes"}}, "trackers.wandb.mode"),

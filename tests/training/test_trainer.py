@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from training.config import GRPOConfig, LoraConfig
-from training.tiny_model import synthetic_games
-from training.trainer import Trainer
+from training.fixtures.tiny_model import synthetic_games
+from training.rl.trainer import Trainer
 from training.types import Scenario, Trajectory, TrajectoryGroup
 
 
@@ -131,7 +131,7 @@ def full_vocabulary_logprobs(model, input_ids, temperature=1.0):
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_trained_position_logprobs_match_the_full_vocabulary_computation(tiny_model_dir, temperature):
-    from training.grpo import token_logprobs
+    from training.rl.grpo import token_logprobs
 
     trainer = make(tiny_model_dir)
     input_ids = torch.tensor([[3, 17, 40, 99, 7, 12, 5, 64]])
@@ -145,7 +145,7 @@ def test_trained_position_logprobs_match_the_full_vocabulary_computation(tiny_mo
 
 
 def test_micro_batches_follow_the_token_budget_and_keep_the_update(tiny_model_dir):
-    from training.batching import micro_batches
+    from training.model.batching import micro_batches
 
     loose, tight = make(tiny_model_dir, micro_batch_size=64), make(tiny_model_dir, micro_batch_size=64,
                                                                     micro_batch_tokens=600)
@@ -157,7 +157,7 @@ def test_micro_batches_follow_the_token_budget_and_keep_the_update(tiny_model_di
 
 
 def test_a_trajectory_longer_than_the_token_budget_is_a_clear_error_before_any_update(tiny_model_dir):
-    from training.errors import TrainingError
+    from training.types import TrainingError
 
     trainer = make(tiny_model_dir, micro_batch_tokens=20)
     before = adapter_weights(trainer)
@@ -167,7 +167,7 @@ def test_a_trajectory_longer_than_the_token_budget_is_a_clear_error_before_any_u
 
 
 def test_the_sampler_gap_is_reported_where_the_server_gave_logprobs(tiny_model_dir):
-    from training.chat_format import encode_conversation
+    from training.model.chat_format import encode_conversation
 
     trainer = make(tiny_model_dir)
     data = groups(count=1, size=2)
@@ -188,8 +188,8 @@ def test_the_sampler_gap_is_reported_where_the_server_gave_logprobs(tiny_model_d
 
 
 def test_cuda_asked_without_cuda_and_cpu_on_a_gpu_worker_are_refused():
-    from training.errors import TrainingError
-    from training.trainer import pick_device
+    from training.types import TrainingError
+    from training.rl.trainer import pick_device
 
     assert pick_device("cpu") == "cpu"
     with pytest.raises(TrainingError, match="requires a GPU"):
@@ -202,7 +202,7 @@ def test_cuda_asked_without_cuda_and_cpu_on_a_gpu_worker_are_refused():
 
 
 def test_dtype_auto_is_float32_on_cpu(tiny_model_dir):
-    from training.trainer import resolve_dtype
+    from training.rl.trainer import resolve_dtype
 
     assert resolve_dtype("auto", "cpu") == torch.float32 and resolve_dtype("bfloat16", "cpu") == torch.bfloat16
     assert next(make(tiny_model_dir).model.parameters()).dtype == torch.float32
@@ -212,7 +212,7 @@ def test_a_4bit_base_without_bitsandbytes_is_a_clear_error(tiny_model_dir):
     import importlib.util
 
     from training.config import TrainerConfig
-    from training.errors import TrainingError
+    from training.types import TrainingError
 
     if importlib.util.find_spec("bitsandbytes") is not None:
         pytest.skip("bitsandbytes is installed here")
@@ -221,7 +221,7 @@ def test_a_4bit_base_without_bitsandbytes_is_a_clear_error(tiny_model_dir):
 
 
 def test_truncated_importance_sampling_caps_the_token_weights(tiny_model_dir):
-    from training.chat_format import encode_conversation
+    from training.model.chat_format import encode_conversation
     from training.config import TrainerConfig
 
     def sampled_groups():
@@ -258,7 +258,7 @@ def test_a_gpu_worker_config_refuses_the_local_server(tiny_model_dir, tmp_path):
 
 
 def test_the_importance_metrics_say_what_the_correction_did(tiny_model_dir):
-    from training.chat_format import encode_conversation
+    from training.model.chat_format import encode_conversation
     from training.config import TrainerConfig
 
     def sampled_groups(sampler_logprob):

@@ -7,8 +7,8 @@ import sys
 import pytest
 
 from training.config import ServerConfig
-from training.errors import TrainingError
 from training.servers.vllm import is_cpu_build, lora_rank_arg, vllm_command
+from training.types import TrainingError
 
 
 def command_for(**config: object) -> tuple[list[str], dict]:

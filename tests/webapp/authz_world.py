@@ -2,7 +2,6 @@
 its own admin, and one object of every kind the URLs name. `url_kwargs` fills any URL of the app."""
 from __future__ import annotations
 
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from django.utils.http import urlsafe_base64_encode
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from tests.ports import closed_port
 from tests.webapp.factories import (
     dataset_factory, agent_factory, judge_factory, mcp_server_factory, member_factory, project_factory, rubric_factory, run_factory,
     scenario_set_factory, user_factory,
@@ -50,13 +50,6 @@ class World:
         return client
 
 
-def _closed_port() -> int:
-    """A local port nothing listens on: a request to it is refused at once (no network, no hanging)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def build_world(tmp_path: Path, judge_api_base: str | None = None) -> World:
     project = project_factory()
     users = {"anonymous": None, "admin": project.owner,
@@ -65,7 +58,7 @@ def build_world(tmp_path: Path, judge_api_base: str | None = None) -> World:
         users[role] = member_factory(project=project, role=getattr(Role, role.upper()), user=user_factory())
     # The judge's calls (test-judge, judge check) never leave this machine: its endpoint is `judge_api_base`, else a
     # closed local port (refused; the judge check retries that with backoff, some seconds a call).
-    judge = judge_factory(project=project, api_base=judge_api_base or f"http://127.0.0.1:{_closed_port()}/v1")
+    judge = judge_factory(project=project, api_base=judge_api_base or f"http://127.0.0.1:{closed_port()}/v1")
     rubric = rubric_factory(project=project)
     agent = agent_factory(project=project)
     scenario_set = scenario_set_factory(project=project)
@@ -102,8 +95,8 @@ def build_world(tmp_path: Path, judge_api_base: str | None = None) -> World:
                  {"label": "r@1", "checkpoint_id": checkpoint.id, "model": f"r@1#{checkpoint.id}"}],
         answers=[answered, answered])
     export = ModelExport.objects.create(checkpoint=checkpoint, status="failed", error="world")
-    mcp_server = mcp_server_factory(project=project, url=f"http://127.0.0.1:{_closed_port()}/mcp")
-    webhook, _ = webhook_create(user=project.owner, project=project, url=f"http://127.0.0.1:{_closed_port()}/hook",
+    mcp_server = mcp_server_factory(project=project, url=f"http://127.0.0.1:{closed_port()}/mcp")
+    webhook, _ = webhook_create(user=project.owner, project=project, url=f"http://127.0.0.1:{closed_port()}/hook",
                                 fmt="json", events=["failed"])
     ids = {"project_id": project.id, "token_id": token.id, "server_id": mcp_server.id, "agent_id": agent.id,
            "scenario_set_id": scenario_set.id, "dataset_id": dataset.id, "version_id": dataset.latest_version.id,

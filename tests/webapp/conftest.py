@@ -130,7 +130,7 @@ def tiny_run(tiny_model_dir):
     in-process server unless `server` names another (a test about the server passes {"kind": "local"}). The
     server is the deployment's (STUDIO_RUN_WORKER_CONFIG, webapp/run_policy.py), so it is set there for the
     launch, which freezes it into the run."""
-    from training.demo import demo_config
+    from training.fixtures.demo import demo_config
 
     from tests.webapp.factories import TEST_TINY_MODEL, project_factory
     from webapp.models import Agent, Scenario, ScenarioSet

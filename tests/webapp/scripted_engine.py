@@ -11,7 +11,7 @@ stops with `judge_unavailable`, as the real loop does; the next engine judges on
 Fault tests find where it is: it writes its pid to `engine.pid` and "<step>:<moment>" to `moment` in the output
 directory as it enters each moment of a step (rollouts, judging, optimizer, checkpoint), and waits phase_s
 there. Each scored group reports one judge call (cost 0.001 $), as the judge scorer does, so accounting can be
-checked across faults. Checkpoints are written under a staging name and renamed, like training/checkpoints.py.
+checked across faults. Checkpoints are written under a staging name and renamed, like training/model/checkpoints.py.
 """
 from __future__ import annotations
 
@@ -21,15 +21,13 @@ import os
 from pathlib import Path
 
 from training.config import RunConfig
-from training.parking.scored_step import scored_step_discard, scored_step_keep, scored_step_take
+from training.rl.parking import scored_step_discard, scored_step_keep, scored_step_take
 from types import SimpleNamespace
 
-from training.groups import score_group
+from training.events import (CheckpointSaved, GroupRolledOut, GroupScored, JudgeUnavailable, MonitorAlert,
+                             ReviewApplied, ReviewRequested, RunFinished, RunHeld, RunStarted, StepFinished, TrainStep)
+from training.rl.groups import score_group
 from training.types import Scenario, Trajectory, TrajectoryGroup
-from training.events import (
-    CheckpointSaved, GroupRolledOut, GroupScored, JudgeUnavailable, MonitorAlert, ReviewApplied, ReviewRequested, RunFinished,
-    RunHeld, RunStarted, StepFinished, TrainStep,
-)
 
 
 async def _go(control, delay: float, on_pause=None) -> bool:

@@ -44,11 +44,13 @@ def build_adapters(model_dir: Path) -> list[Path]:
 
 @pytest.fixture
 def serving(inprocess_executor, settings, tiny_model_dir):
-    """The embedded executor with a short idle time; every server it started is stopped at the end."""
+    """The embedded executor; every server it started is stopped at the end. Its idle time is longer than any pause
+    of a test that uses the server (loading adapters on a busy machine took over 2 s); the tests of the idle stop
+    itself shorten it (tests/webapp/test_serving.py, `quick_idle`)."""
     from webapp.execution.executors import wait_servers_stopped
     from webapp.models import ProjectServer
 
-    settings.STUDIO_SERVE_IDLE_S = 2.0
+    settings.STUDIO_SERVE_IDLE_S = 30.0
     settings.STUDIO_SERVE_START_TIMEOUT_S = 120.0
     yield tiny_model_dir
     ProjectServer.objects.filter(status__in=["starting", "ready"]).update(status="stopped", stop_reason="test over")

@@ -10,7 +10,8 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from tests.webapp.factories import project_factory, user_factory
-from tests.webapp.test_browser import ARGS, CHROMIUM, SHOTS, log_in, server  # noqa: F401 - the daphne fixture
+from tests.webapp.browser import SHOTS, launch_chromium, log_in
+from tests.webapp.test_browser import server  # noqa: F401 - the daphne fixture
 
 
 @pytest.mark.django_db
@@ -60,12 +61,11 @@ def test_the_token_page_refuses_an_unknown_action_and_changes_nothing(client):
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.browser
 def test_the_api_docs_page_shows_swagger_ui_with_errors_and_rate_limits_in_a_browser(server):  # noqa: F811
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     user = project_factory().owner
     SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+    with launch_chromium() as browser:
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         blocked: list[str] = []
         page.on("console", lambda m: blocked.append(m.text) if "Content Security Policy" in m.text else None)

@@ -10,27 +10,15 @@ import threading
 import pytest
 
 from tests.judge_double import JudgeDouble, marker_or_brevity
-from tests.webapp.conftest import ROOT
+# The browser's one launcher; ARGS, CHROMIUM and log_in are re-exported for tests that still import them from here.
+from tests.webapp.browser import ARGS, CHROMIUM, SHOTS, launch_chromium, log_in  # noqa: F401
 # test_api_contract.py starts its own daphne with these names of the world's helpers
 from tests.webapp.world import free_port as _free_port, listening as _up  # noqa: F401
-from tests.webapp.factories import PASSWORD, TEST_TINY_MODEL, project_factory
+from tests.webapp.factories import TEST_TINY_MODEL, project_factory
 from webapp.models import Run, RunStatus
-
-CHROMIUM = "/usr/bin/chromium"
-SHOTS = ROOT / "var" / "screenshots"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-quic", "--no-first-run",
-        "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
 
 pytestmark = [pytest.mark.django_db(transaction=True),
               pytest.mark.browser]
-
-
-def log_in(page, server: str, username: str) -> None:
-    """Signs `username` in through the login form (every test user has the factories' PASSWORD)."""
-    page.goto(server + "/login/")
-    page.fill("#id_username", username)
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
 
 
 @pytest.fixture
@@ -41,8 +29,8 @@ def server(app_server) -> str:
 
 
 def test_a_user_builds_a_run_in_the_browser_and_watches_it_learn_live(server, tiny_model_dir, tmp_path):
-    from playwright.sync_api import expect, sync_playwright
-    from training.tiny_model import DEMO_SYSTEM_PROMPT, DEMO_USER_MESSAGE
+    from playwright.sync_api import expect
+    from training.fixtures.tiny_model import DEMO_SYSTEM_PROMPT, DEMO_USER_MESSAGE
 
     SHOTS.mkdir(parents=True, exist_ok=True)
     project = project_factory(name="Browser project")
@@ -61,8 +49,7 @@ def test_a_user_builds_a_run_in_the_browser_and_watches_it_learn_live(server, ti
                 paused.wait(timeout=120)
         return score(request)
 
-    with JudgeDouble(responder=respond) as judge, sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+    with JudgeDouble(responder=respond) as judge, launch_chromium() as browser:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         csp_violations: list[str] = []  # anything the Content Security Policy blocked on any page
         page.on("console", lambda m: "Content Security Policy" in m.text and csp_violations.append(m.text))

@@ -7,9 +7,10 @@ from __future__ import annotations
 import pytest
 
 from tests.webapp.factories import project_factory, run_factory
-from tests.webapp.test_browser import ARGS, CHROMIUM, SHOTS, log_in, server  # noqa: F401 - the daphne fixture
-from training.demo import demo_config
-from training.loop import run as train_run
+from tests.webapp.browser import SHOTS, launch_chromium, log_in
+from tests.webapp.test_browser import server  # noqa: F401 - the daphne fixture
+from training.fixtures.demo import demo_config
+from training.rl.loop import run as train_run
 from webapp.live.ingest import run_event_ingest
 from webapp.models import RunStatus
 
@@ -19,7 +20,7 @@ pytestmark = [pytest.mark.django_db(transaction=True),
 
 def test_the_run_page_draws_the_held_out_win_rate_curve_monitors_and_checkpoints(server, tiny_model_dir,  # noqa: F811
                                                                                 tmp_path):
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     project = project_factory(name="Eval project")
     run = run_factory(project=project, status=RunStatus.RUNNING, steps=6, name="demo-eval")
@@ -33,8 +34,7 @@ def test_the_run_page_draws_the_held_out_win_rate_curve_monitors_and_checkpoints
     assert [e.step for e in evaluations] == [2, 4, 6]
 
     SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+    with launch_chromium() as browser:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         log_in(page, server, project.owner.username)
         page.goto(f"{server}/runs/{run.pk}/")
@@ -58,8 +58,6 @@ def test_the_run_page_draws_the_held_out_win_rate_curve_monitors_and_checkpoints
 
 
 def test_the_scenario_generator_drafts_reviews_and_accepts_in_the_browser(server, tmp_path):  # noqa: F811
-    from playwright.sync_api import sync_playwright
-
     from tests.judge_double import JudgeDouble
     from tests.judging.groups import quality_rule, trajectory
     from tests.judging.test_bias import QUALITIES
@@ -85,15 +83,14 @@ def test_the_scenario_generator_drafts_reviews_and_accepts_in_the_browser(server
     with JudgeDouble(responder=respond) as double:
         judge = judge_factory(project=project, name="double", api_base=double.api_base,
                               api_key_encrypted=secret_encrypt(plaintext="test"))
-        with sync_playwright() as pw:
-            _generate_and_check(pw, server, project, scenario_set, judge)
+        with launch_chromium() as browser:
+            _generate_and_check(browser, server, project, scenario_set, judge)
 
 
-def _generate_and_check(pw, server: str, project, scenario_set, judge) -> None:
-    """The browser half: ORM calls cannot run inside Playwright's event loop, so the rows are made first."""
+def _generate_and_check(browser, server: str, project, scenario_set, judge) -> None:
+    """The browser half, on rows the test made first."""
     from playwright.sync_api import expect
 
-    browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     log_in(page, server, project.owner.username)
     page.goto(f"{server}/scenario-sets/{scenario_set.pk}/")

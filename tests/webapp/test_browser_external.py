@@ -7,7 +7,8 @@ import httpx
 import pytest
 from rest_framework.authtoken.models import Token
 
-from tests.webapp.test_browser import ARGS, CHROMIUM, SHOTS, log_in, server  # noqa: F401
+from tests.webapp.browser import SHOTS, launch_chromium, log_in
+from tests.webapp.test_browser import server  # noqa: F401 - the daphne fixture
 from tests.webapp.test_external_rollouts import external_run, open_step, recorded
 
 pytestmark = [pytest.mark.django_db(transaction=True),
@@ -17,15 +18,14 @@ PANEL = "() => Array.from(document.querySelectorAll('#external-state tr')).filte
 
 
 def test_the_external_panel_shows_a_submitted_group_and_its_client_live_as_a_reload_does(server):  # noqa: F811
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     run = external_run()
     model = open_step(run, allow_unsampled=True, timeout_s=600)
     recorded(run, "t1", "four", model=model)
     recorded(run, "t2", "five", model=model)
     key = Token.objects.create(user=run.project.owner).key
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+    with launch_chromium() as browser:
         page = browser.new_page()
         log_in(page, server, run.project.owner.username)
         page.goto(f"{server}/runs/{run.id}/")

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tests.webapp.factories import project_factory
-from tests.webapp.test_browser import ARGS, CHROMIUM, SHOTS, log_in, server  # noqa: F401  (fixture)
+from tests.webapp.browser import SHOTS, launch_chromium, log_in
+from tests.webapp.test_browser import server  # noqa: F401 - the daphne fixture
 from tests.webapp.test_episodes import _engine_groups, _ingest
 from tests.webapp.factories import run_factory
 from webapp.models import Agent, RunStatus, TrajectoryGroup
@@ -15,16 +16,14 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.browser]
 
 
 def test_an_owner_creates_a_game_agent_from_an_example_and_reaches_the_other_side_of_a_game_in_one_click(
-        server, monkeypatch):  # noqa: F811
-    from playwright.sync_api import expect, sync_playwright
+        server):  # noqa: F811
+    from playwright.sync_api import expect
 
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     SHOTS.mkdir(parents=True, exist_ok=True)
     project = project_factory(name="Games")
     run = run_factory(project=project, status=RunStatus.RUNNING)
     x_group, o_group = _ingest(run, _engine_groups()[0])
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+    with launch_chromium() as browser:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.set_default_timeout(30_000)
         log_in(page, server, project.owner.username)

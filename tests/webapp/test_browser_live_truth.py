@@ -13,7 +13,8 @@ import pytest
 from tests.judge_double import JudgeDouble, marker_or_brevity
 from tests.webapp.conftest import wait_for
 from tests.webapp.factories import TEST_TINY_MODEL, agent_factory, project_factory, run_factory, scenario_set_factory
-from tests.webapp.test_browser import ARGS, CHROMIUM, SHOTS, log_in, server  # noqa: F401
+from tests.webapp.browser import SHOTS, launch_chromium, log_in
+from tests.webapp.test_browser import server  # noqa: F401 - the daphne fixture
 from webapp.models import Agent, Run, RunStatus, Scenario, ScenarioSet
 from webapp.services.catalogue import judge_config_create, rubric_create
 
@@ -128,7 +129,7 @@ def _assert_page_matches_api_and_export(shown: dict, api: dict, export: list[dic
 
 
 def _tiny_project(tiny_model_dir: Path):
-    from training.tiny_model import DEMO_SYSTEM_PROMPT, DEMO_USER_MESSAGE
+    from training.fixtures.tiny_model import DEMO_SYSTEM_PROMPT, DEMO_USER_MESSAGE
 
     project = project_factory(name="Truth project")
     Agent.objects.create(project=project, name="2048 player", base_model=TEST_TINY_MODEL,
@@ -142,16 +143,14 @@ def _tiny_project(tiny_model_dir: Path):
 
 
 def test_the_live_run_page_equals_the_reloaded_page_the_api_and_the_export_through_an_override_and_a_resume(
-        server, tiny_model_dir, monkeypatch):  # noqa: F811
-    from playwright.sync_api import expect, sync_playwright
+        server, tiny_model_dir):  # noqa: F811
+    from playwright.sync_api import expect
 
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # the test reads the database between clicks
     SHOTS.mkdir(parents=True, exist_ok=True)
     project = _tiny_project(tiny_model_dir)
-    with JudgeDouble(responder=JudgeDouble.score_by(marker_or_brevity)) as judge, sync_playwright() as pw:
+    with JudgeDouble(responder=JudgeDouble.score_by(marker_or_brevity)) as judge, launch_chromium() as browser:
         judge_config_create(user=project.owner, project=project, name="double", model=judge.model,
                             api_base=judge.api_base, api_key="test")
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.set_default_timeout(30_000)
         failed: list[str] = []  # every response of 400 or more the live page got (a stale group's 404, a 405)
@@ -226,9 +225,6 @@ def test_the_live_run_page_equals_the_reloaded_page_the_api_and_the_export_throu
         assert run.events.filter(kind="run_started", payload__resumed=True).exists()
         assert len(live["cards"]) == 16 and len(live["steps"]) == 8
         browser.close()
-        from django.db import connections
-
-        connections.close_all()
 
 
 @pytest.fixture
@@ -237,16 +233,14 @@ def scripted_server(scripted_app_server) -> str:
     return scripted_app_server.url
 
 
-def test_back_then_launch_warns_of_the_identical_run_and_links_it(scripted_server, monkeypatch):
-    from playwright.sync_api import expect, sync_playwright
+def test_back_then_launch_warns_of_the_identical_run_and_links_it(scripted_server):
+    from playwright.sync_api import expect
 
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     SHOTS.mkdir(parents=True, exist_ok=True)
     project = project_factory(name="Back project")
     agent_factory(project=project, name="player", environment_kind="game_2048")
     scenario_set_factory(project=project, name="games")
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+    with launch_chromium() as browser:
         page = browser.new_page(viewport={"width": 1200, "height": 1000})
         page.set_default_timeout(30_000)
         log_in(page, scripted_server, project.owner.username)
@@ -269,6 +263,3 @@ def test_back_then_launch_warns_of_the_identical_run_and_links_it(scripted_serve
         expect(page.locator("#run-status")).to_be_visible()
         assert Run.objects.filter(project=project).count() == 2
         browser.close()
-        from django.db import connections
-
-        connections.close_all()

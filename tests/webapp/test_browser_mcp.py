@@ -9,7 +9,8 @@ import pytest
 
 from tests.judge_double import JudgeDouble
 from tests.webapp.factories import project_factory, run_factory, scenario_set_factory
-from tests.webapp.test_browser import ARGS, CHROMIUM, SHOTS, log_in, server  # noqa: F401  (fixture)
+from tests.webapp.browser import SHOTS, launch_chromium, log_in
+from tests.webapp.test_browser import server  # noqa: F401 - the daphne fixture
 from tests.webapp.test_mcp_pages import TOOL_RUN_MESSAGES
 from webapp.live.ingest import run_event_ingest
 from webapp.models import McpServer, Scenario, TrajectoryGroup
@@ -26,18 +27,16 @@ DRAFTS = {"scenarios": [
      "difficulty": "easy"}]}
 
 
-def test_the_owner_adds_the_mailbox_lists_its_tools_generates_tasks_and_reads_tool_calls(server, monkeypatch):  # noqa: F811
-    from playwright.sync_api import expect, sync_playwright
+def test_the_owner_adds_the_mailbox_lists_its_tools_generates_tasks_and_reads_tool_calls(server):  # noqa: F811
+    from playwright.sync_api import expect
 
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # the test reads the database between clicks
     SHOTS.mkdir(parents=True, exist_ok=True)
     project = project_factory(name="Mail project")
     owner = project.owner
     scenario_set = scenario_set_factory(project=project, name="mail tasks", scenarios=0)
-    with JudgeDouble([DRAFTS]) as judge, sync_playwright() as pw:
+    with JudgeDouble([DRAFTS]) as judge, launch_chromium() as browser:
         judge_config_create(user=owner, project=project, name="double", model=judge.model, api_base=judge.api_base,
                             api_key="test")
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.set_default_timeout(30_000)
         log_in(page, server, owner.username)

@@ -10,7 +10,8 @@ import pytest
 
 from tests.judge_double import JudgeDouble, RecordedRequest, marker_or_brevity
 from tests.webapp.factories import TEST_TINY_MODEL, member_factory, project_factory
-from tests.webapp.test_browser import ARGS, CHROMIUM, SHOTS, log_in, server  # noqa: F401  (fixture)
+from tests.webapp.browser import SHOTS, launch_chromium, log_in
+from tests.webapp.test_browser import server  # noqa: F401 - the daphne fixture
 from webapp.models import Agent, Role, Run, RunStatus, Scenario, ScenarioSet, ScoreOverride
 from webapp.services.catalogue import judge_config_create, rubric_create
 
@@ -31,13 +32,10 @@ def _login(browser, base: str, username: str):
     return page
 
 
-def test_a_reviewer_overrides_a_gated_step_compares_answers_and_tries_a_rubric(server, tiny_model_dir,  # noqa: F811
-                                                                             monkeypatch):
-    from playwright.sync_api import expect, sync_playwright
+def test_a_reviewer_overrides_a_gated_step_compares_answers_and_tries_a_rubric(server, tiny_model_dir):  # noqa: F811
+    from playwright.sync_api import expect
 
-    # Playwright's sync API keeps an event loop on this thread; the test reads the database between clicks.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    from training.tiny_model import DEMO_SYSTEM_PROMPT, DEMO_USER_MESSAGE
+    from training.fixtures.tiny_model import DEMO_SYSTEM_PROMPT, DEMO_USER_MESSAGE
 
     SHOTS.mkdir(parents=True, exist_ok=True)
     project = project_factory(name="Review project")
@@ -50,10 +48,9 @@ def test_a_reviewer_overrides_a_gated_step_compares_answers_and_tries_a_rubric(s
     Scenario.objects.bulk_create(Scenario(scenario_set=games, external_id=f"game-{k}", user_message=DEMO_USER_MESSAGE,
                                           metadata={"seed": 1000 + k}) for k in range(2))
     rubric_create(user=owner, project=project, name="good moves", text="Prefer a legal move, with nothing else.")
-    with JudgeDouble(responder=_judge) as judge, sync_playwright() as pw:
+    with JudgeDouble(responder=_judge) as judge, launch_chromium() as browser:
         judge_config_create(user=owner, project=project, name="double", model=judge.model, api_base=judge.api_base,
                             api_key="test")
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
 
         editor = _login(browser, server, owner.username)
         editor.goto(f"{server}/projects/{project.id}/runs/new/")
@@ -133,11 +130,6 @@ def test_a_reviewer_overrides_a_gated_step_compares_answers_and_tries_a_rubric(s
         expect(editor.locator("#launch-from")).to_be_visible()
         editor.screenshot(path=str(SHOTS / "playground-saved.png"), full_page=True)
         browser.close()
-        # Queries made inside Playwright's sync context opened a connection of their own; close it, or the test
-        # database cannot be dropped at the end of the session.
-        from django.db import connections
-
-        connections.close_all()
 
     run.refresh_from_db()
     assert run.status == RunStatus.COMPLETED and run.rubric_version.rubric.versions.count() == 2

@@ -9,9 +9,10 @@ import json
 import pytest
 
 from tests.webapp.factories import TEST_TINY_MODEL, project_factory
-from tests.webapp.test_browser import ARGS, CHROMIUM, SHOTS, log_in, server  # noqa: F401 - the daphne fixture
-from training.demo import demo_config
-from training.tiny_model import synthetic_games
+from tests.webapp.browser import SHOTS, launch_chromium, log_in
+from tests.webapp.test_browser import server  # noqa: F401 - the daphne fixture
+from training.fixtures.demo import demo_config
+from training.fixtures.tiny_model import synthetic_games
 from webapp.models import Agent, Run, RunStatus, Scenario, ScenarioSet
 
 pytestmark = [pytest.mark.django_db(transaction=True),
@@ -20,7 +21,7 @@ pytestmark = [pytest.mark.django_db(transaction=True),
 
 def test_a_user_teaches_from_an_uploaded_dataset_then_reinforces_from_its_checkpoint(server, tiny_model_dir,  # noqa: F811
                                                                                     tmp_path):
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     project = project_factory(name="Teach project")
     demo = demo_config(out_dir="unused", model_dir=tiny_model_dir)
@@ -34,8 +35,7 @@ def test_a_user_teaches_from_an_uploaded_dataset_then_reinforces_from_its_checkp
     data.write_text("".join(json.dumps({"messages": g}) + "\n" for g in synthetic_games(16, seed=21)))
 
     SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+    with launch_chromium() as browser:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         csp_violations: list[str] = []
         page.on("console", lambda m: "Content Security Policy" in m.text and csp_violations.append(m.text))

@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 
 from tests.webapp.factories import judge_factory, project_factory, run_factory, scenario_set_factory
-from tests.webapp.test_browser import ARGS, CHROMIUM, SHOTS, log_in, server  # noqa: F401 - the daphne fixture
+from tests.webapp.browser import SHOTS, launch_chromium, log_in
+from tests.webapp.test_browser import server  # noqa: F401 - the daphne fixture
 from tests.webapp.test_user_errors import JUDGE_DOWN
 from webapp.live.ingest import run_event_ingest
 from webapp.models import Rescore, RunStatus, Scenario
@@ -18,7 +19,7 @@ pytestmark = [pytest.mark.django_db(transaction=True),
 
 
 def test_evaluate_now_says_it_started_and_shows_how_it_ended_without_a_reload(server):  # noqa: F811
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     project = project_factory()
     scenario_set = scenario_set_factory(project=project, scenarios=2)
@@ -29,8 +30,7 @@ def test_evaluate_now_says_it_started_and_shows_how_it_ended_without_a_reload(se
     run_event_ingest(run_id=run.pk, event={"kind": "checkpoint_saved", "step": 1, "path": "/nonexistent/0001",
                                            "adapter_name": "r@1"})
     SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+    with launch_chromium() as browser:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         log_in(page, server, project.owner.username)
         page.goto(f"{server}/runs/{run.pk}/")
@@ -45,7 +45,7 @@ def test_evaluate_now_says_it_started_and_shows_how_it_ended_without_a_reload(se
 
 
 def test_the_pages_explain_errors_and_keep_their_columns_on_the_card(server):  # noqa: F811
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     project = project_factory(name="Shop assistant")
     failed = run_factory(project=project, status=RunStatus.FAILED, error=JUDGE_DOWN, name="refunds-v1")
@@ -59,8 +59,7 @@ def test_the_pages_explain_errors_and_keep_their_columns_on_the_card(server):  #
             {"index": i, "answer": long, "human": None, "current": 0.5 - i / 10, "rank_current": i + 1,
              "new": 0.3 + i / 10, "rank_new": 2 - i, "delta": i / 5 - 0.2, "explanation": long} for i in range(2)]}])
     SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+    with launch_chromium() as browser:
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         log_in(page, server, project.owner.username)
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import pytest
 
 from tests.webapp.factories import member_factory, run_factory
-from tests.webapp.test_browser import ARGS, CHROMIUM, SHOTS, log_in, server  # noqa: F401  (fixture)
+from tests.webapp.browser import SHOTS, launch_chromium, log_in
+from tests.webapp.test_browser import server  # noqa: F401 - the daphne fixture
 from webapp.live.ingest import run_event_ingest
 from webapp.models import Role, RunStatus, ScoreOverride, Trajectory
 from webapp.services.review import run_review_rewards
@@ -36,7 +37,7 @@ def _scored_and_waiting(run) -> None:
 
 def _engine_trains_the_reviewed_step(run) -> list[float]:
     """What the runner and the engine do once the run leaves awaiting_review."""
-    from training.grpo import group_advantages
+    from training.rl.grpo import group_advantages
 
     rewards = run_review_rewards(run_id=run.id, step=1)["rewards"]["0"]
     advantages = [float(a) for a in group_advantages(rewards)]
@@ -51,10 +52,9 @@ def _scores(scope) -> dict[str, str]:
             for name in ("judge", "human", "effective", "trained", "advantage")}
 
 
-def test_a_gated_override_shows_one_label_and_one_reward_on_every_page_and_the_api(server, monkeypatch):  # noqa: F811
-    from playwright.sync_api import expect, sync_playwright
+def test_a_gated_override_shows_one_label_and_one_reward_on_every_page_and_the_api(server):  # noqa: F811
+    from playwright.sync_api import expect
 
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     SHOTS.mkdir(parents=True, exist_ok=True)
     run = run_factory(status=RunStatus.RUNNING, review_gate=True, name="gated-story")
     reviewer = member_factory(project=run.project, role=Role.REVIEWER)
@@ -64,8 +64,7 @@ def test_a_gated_override_shows_one_label_and_one_reward_on_every_page_and_the_a
     top = Trajectory.objects.get(group__run=run, index=2)
     assert top.label == "C" and top.rank == 1
 
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+    with launch_chromium() as browser:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.set_default_timeout(30_000)
         log_in(page, server, reviewer.username)
@@ -119,20 +118,16 @@ def test_a_gated_override_shows_one_label_and_one_reward_on_every_page_and_the_a
         audit = page.request.get(f"{server}/api/runs/{run.id}/overrides/").json()["results"][0]
         assert audit["trajectory_label"] == "C" and audit["applies_to_training"] and audit["after"] == 0.1
         browser.close()
-        from django.db import connections
-
-        connections.close_all()
     assert ScoreOverride.objects.filter(run=run).count() == 1
 
 
-def test_settings_panel_rubric_diff_overlay_and_test_judge_in_the_browser(server, monkeypatch):  # noqa: F811
-    from playwright.sync_api import expect, sync_playwright
+def test_settings_panel_rubric_diff_overlay_and_test_judge_in_the_browser(server):  # noqa: F811
+    from playwright.sync_api import expect
 
     from tests.judge_double import JudgeDouble
     from tests.webapp.factories import judge_factory, project_factory, rubric_factory
     from webapp.services.catalogue import rubric_version_create
 
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     SHOTS.mkdir(parents=True, exist_ok=True)
     project = project_factory(name="Refund desk")
     with JudgeDouble(responder=JudgeDouble.score_by(lambda t: 0.1 if "5" in t else 0.9)) as double:
@@ -154,8 +149,7 @@ def test_settings_panel_rubric_diff_overlay_and_test_judge_in_the_browser(server
                                                        "metrics": {"reward_mean": value, "judge_mean": value}})
             runs.append(run)
 
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        with launch_chromium() as browser:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.set_default_timeout(30_000)
             log_in(page, server, project.owner.username)
@@ -215,7 +209,4 @@ def test_settings_panel_rubric_diff_overlay_and_test_judge_in_the_browser(server
             page.locator("#judge-test-result").scroll_into_view_if_needed()
             page.screenshot(path=str(SHOTS / "test-judge.png"), full_page=True)
             browser.close()
-            from django.db import connections
-
-            connections.close_all()
         assert len(double.requests) == 1

@@ -9,7 +9,8 @@ import re
 import pytest
 
 from tests.webapp.factories import member_factory, run_factory
-from tests.webapp.test_browser import ARGS, CHROMIUM, SHOTS, log_in, server  # noqa: F401  (fixture)
+from tests.webapp.browser import SHOTS, launch_chromium, log_in
+from tests.webapp.test_browser import server  # noqa: F401 - the daphne fixture
 from tests.webapp.test_review_truth import _judged_group, _naming_judge
 from webapp.models import Role, RunStatus
 
@@ -25,9 +26,8 @@ def _ranks(page) -> dict[str, str]:
 
 def test_explanations_ranks_and_means_follow_the_page_labels_and_the_human_score(server, judge_double,  # noqa: F811
                                                                                  monkeypatch):
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     monkeypatch.setenv("JUDGE_DOUBLE_API_KEY", "test")
     SHOTS.mkdir(parents=True, exist_ok=True)
     judge_double.responder = _naming_judge
@@ -35,8 +35,7 @@ def test_explanations_ranks_and_means_follow_the_page_labels_and_the_human_score
     reviewer = member_factory(project=run.project, role=Role.REVIEWER)
     a, b, c, d = _judged_group(run, judge_double, [0.9, 0.3, 0.6, 0.3])  # B and D: the same answer
 
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+    with launch_chromium() as browser:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.set_default_timeout(30_000)
         log_in(page, server, reviewer.username)

@@ -13,7 +13,7 @@ from tests.judge_double import JudgeDouble
 from tests.webapp.conftest import wait_for
 from tests.webapp.factories import (agent_factory, judge_factory, member_factory, project_factory, run_factory,
                                     scenario_set_factory, user_factory)
-from tests.webapp.test_browser import ARGS, CHROMIUM, SHOTS, log_in
+from tests.webapp.browser import SHOTS, launch_chromium, log_in
 from tests.webapp.test_browser_live_truth import scripted_server  # noqa: F401 - the daphne fixture
 from tests.webapp.test_review import _group
 from webapp.models import Role, Run, RunStatus, ScoreOverride, TrajectoryGroup
@@ -21,12 +21,6 @@ from webapp.models.runs import PARKED
 
 pytestmark = [pytest.mark.django_db(transaction=True),
               pytest.mark.browser]
-
-
-def _close_connections() -> None:
-    from django.db import connections
-
-    connections.close_all()
 
 
 def _launch_in_page(page, server: str, project, name: str, steps: int, agent) -> Run:
@@ -41,19 +35,17 @@ def _launch_in_page(page, server: str, project, name: str, steps: int, agent) ->
 
 
 def test_a_human_score_given_while_a_run_is_parked_survives_its_resume_on_every_page_and_the_api(
-        scripted_server, monkeypatch):  # noqa: F811
-    from playwright.sync_api import expect, sync_playwright
+        scripted_server):  # noqa: F811
+    from playwright.sync_api import expect
 
     server = scripted_server
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     SHOTS.mkdir(parents=True, exist_ok=True)
     project = project_factory(name="Park project")
     reviewer = member_factory(project=project, role=Role.REVIEWER)
     slow = agent_factory(project=project, name="slow", environment_options={"exact_match": True, "phase_s": 1.5,
                                                                              "review": True})
     scenario_set_factory(project=project, name="tasks")
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+    with launch_chromium() as browser:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.set_default_timeout(30_000)
         log_in(page, server, project.owner.username)
@@ -91,6 +83,8 @@ def test_a_human_score_given_while_a_run_is_parked_survives_its_resume_on_every_
         expect(notice).to_contain_text("Resume rolls that step out again")
         page.screenshot(path=str(SHOTS / "truth-review-parked-pending.png"), full_page=True)
 
+        # Resume asks first (the pending score may not train as given); the person goes on.
+        page.once("dialog", lambda dialog: dialog.accept())
         page.click("#resume")
         expect(page.locator("#run-status")).to_have_text("Completed", timeout=120_000)
 
@@ -124,22 +118,19 @@ def test_a_human_score_given_while_a_run_is_parked_survives_its_resume_on_every_
         assert (b["override_score"], b["review"]["trained"], b["review"]["trained_reward"]) == (0.95, True, 0.95)
         assert ScoreOverride.objects.filter(run=run).count() == 2
         browser.close()
-        _close_connections()
 
 
-def test_queued_runs_start_in_launch_order_whichever_launch_woke_the_worker(scripted_server, monkeypatch):  # noqa: F811
-    from playwright.sync_api import expect, sync_playwright
+def test_queued_runs_start_in_launch_order_whichever_launch_woke_the_worker(scripted_server):  # noqa: F811
+    from playwright.sync_api import expect
 
     server = scripted_server
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     project = project_factory(name="Queue project")
     quick = agent_factory(project=project, name="quick", environment_options={"exact_match": True})
     scenario_set_factory(project=project, name="tasks")
     # Launched first; its message never reached this worker (a broker restart, another web process).
     first = run_factory(project=project, name="launched-first", status=RunStatus.QUEUED, steps=1,
                         agent=agent_factory(project=project, environment_options={"exact_match": True}))
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+    with launch_chromium() as browser:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.set_default_timeout(30_000)
         log_in(page, server, project.owner.username)
@@ -150,23 +141,20 @@ def test_queued_runs_start_in_launch_order_whichever_launch_woke_the_worker(scri
         first, second = Run.objects.get(pk=first.pk), Run.objects.get(pk=second.pk)
         assert first.started_at < second.started_at
         browser.close()
-        _close_connections()
 
 
 def test_the_review_queue_pages_through_every_flagged_group_and_says_how_many_and_why(
-        scripted_server, monkeypatch):  # noqa: F811
-    from playwright.sync_api import expect, sync_playwright
+        scripted_server):  # noqa: F811
+    from playwright.sync_api import expect
 
     server = scripted_server
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     run = run_factory(status=RunStatus.RUNNING, name="queue-run")
     spread = {"disagreement": 0.2, "passes": 2}
     for step in range(1, 31):
         _group(run, step=step, index=0, scores=[0.9, 0.3, 0.1], judge_meta=spread)
         _group(run, step=step, index=1, scores=[0.9, 0.5, 0.1], explanations=["", "", "Correct and complete."])
         _group(run, step=step, index=2, scores=[0.6, 0.59, 0.1])  # a near-tie only
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+    with launch_chromium() as browser:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         log_in(page, server, run.project.owner.username)
         page.goto(f"{server}/runs/{run.id}/review/")
@@ -180,24 +168,21 @@ def test_the_review_queue_pages_through_every_flagged_group_and_says_how_many_an
         expect(page.locator("#queue-pager")).to_contain_text("page 2 of 2")
         page.screenshot(path=str(SHOTS / "truth-review-queue-page-2.png"), full_page=True)
         browser.close()
-        _close_connections()
 
 
-def test_the_smaller_truths_of_the_launch_run_generator_and_websocket(scripted_server, monkeypatch):  # noqa: F811
-    from playwright.sync_api import expect, sync_playwright
+def test_the_smaller_truths_of_the_launch_run_generator_and_websocket(scripted_server):  # noqa: F811
+    from playwright.sync_api import expect
 
     server = scripted_server
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     project = project_factory(name="Small project")
     player = agent_factory(project=project, name="player", environment_options={"exact_match": True})
     scenario_set = scenario_set_factory(project=project, name="games")
     stranger = user_factory()
     held_out = run_factory(project=project, name="with-evaluation", status=RunStatus.RUNNING, steps=4,
                            overrides={"evaluation": {"held_out_fraction": 0.5, "every": 2}})
-    with JudgeDouble() as double, sync_playwright() as pw:
+    with JudgeDouble() as double, launch_chromium() as browser:
         judge_factory(project=project, name="a unreachable", model="openai/judge", api_key_env="TR_NOT_SET_ANYWHERE")
         working = judge_factory(project=project, name="b answers", model=double.model, api_base=double.api_base)
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
         page = browser.new_page(viewport={"width": 1200, "height": 800})
         page.set_default_timeout(30_000)
         console: list[str] = []
@@ -246,4 +231,3 @@ def test_the_smaller_truths_of_the_launch_run_generator_and_websocket(scripted_s
         })""", f"/ws/runs/{held_out.id}/")
         assert code == 4404
         browser.close()
-        _close_connections()

@@ -1,9 +1,11 @@
 """Using what a run trained, in a real browser (Debian chromium via Playwright, headless) against daphne with the
 embedded executor (issue 37): Try it with the base and two checkpoints of a completed run on the tiny model, side
-by side, filled in live as a reload shows it; judged by the judge double over HTTP + litellm; one answer saved as
-a scenario. Then the served checkpoint answers an `openai` client with the project's token, and another
-project's token is refused."""
+by side, filled in live over the page's socket (the answers growing as they are sampled) as a reload shows it;
+judged by the judge double over HTTP + litellm; one answer saved as a scenario. Then the served checkpoint
+answers an `openai` client with the project's token, and another project's token is refused."""
 from __future__ import annotations
+
+import re
 
 import openai
 import pytest
@@ -13,19 +15,27 @@ from tests.webapp.factories import (
     agent_factory, judge_factory, project_factory, rubric_factory, scenario_set_factory,
 )
 from tests.webapp.serving_world import completed_run, lora_adapters, served_app  # noqa: F401  (fixtures)
-from tests.webapp.test_browser import ARGS, CHROMIUM, SHOTS, log_in
+from tests.webapp.browser import SHOTS, launch_chromium, log_in
 from webapp.models import Scenario
 from webapp.services.project_tokens import project_token_create
 
 pytestmark = [pytest.mark.django_db(transaction=True),
               pytest.mark.browser]
 
+# Installed before each page's own scripts: the status and each column's answer every time the page changes.
+RECORD_VIEWS = """window.seenViews = [];
+new MutationObserver(() => {
+  const status = document.getElementById("try-status");
+  const texts = Array.from(document.querySelectorAll(".try-column"),
+    (c) => Array.from(c.querySelectorAll(".try-answer"), (a) => a.textContent).join(""));
+  window.seenViews.push({status: status ? status.textContent.trim() : "", texts});
+}).observe(document, {childList: true, subtree: true, characterData: true});"""
 ANSWERS = "() => Array.from(document.querySelectorAll('.try-column')).map((c) => c.textContent.replace(/\\s+/g, ' ').trim())"
 
 
 def test_try_it_side_by_side_judged_saved_then_served_to_an_openai_client(served_app, lora_adapters,  # noqa: F811
                                                                           tiny_model_dir):
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     project = project_factory(name="Try project")
     run = completed_run(project=project, model_dir=tiny_model_dir, adapters=lora_adapters[:2], max_tokens=24,
@@ -38,8 +48,7 @@ def test_try_it_side_by_side_judged_saved_then_served_to_an_openai_client(served
     judge = JudgeDouble(responder=JudgeDouble.score_by(marker_or_brevity)).__enter__()
     judge_factory(project=project, name="double", model=judge.model, api_base=judge.api_base)
     try:
-        with sync_playwright() as pw:  # no database call in here: Playwright's loop runs in this thread
-            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        with launch_chromium() as browser:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.set_default_timeout(30_000)
             log_in(page, served_app, project.owner.username)
@@ -54,8 +63,22 @@ def test_try_it_side_by_side_judged_saved_then_served_to_an_openai_client(served
             expect(page.locator("#prompt-source")).to_contain_text(first_agent.name)
             page.select_option("#id_checkpoints", label=["demo · step 1 (demo@1)", "demo · step 2 (demo@2)"])
             page.fill("#id_message", "What is the refund policy? <b>bold</b>")
+            # The session's view comes over its socket (issue 48): the page's htmx polling is refused here, so
+            # what grows on screen is what the socket sent; every view the page shows is recorded as it changes.
+            polls: list[str] = []
+            page.route(re.compile(r"/try/\d+/$"), lambda route: (polls.append(route.request.url), route.abort())
+                       if route.request.headers.get("hx-request") else route.continue_())
+            page.add_init_script(RECORD_VIEWS)
             page.click("#ask")
             expect(page.locator("#try-status")).to_have_text("Done", timeout=180_000)
+            seen = page.evaluate("window.seenViews")
+            live = [v["texts"] for v in seen if v["status"] != "Done" and len(v["texts"]) == 3]  # the session's
+            final = page.evaluate("""() => Array.from(document.querySelectorAll('.try-column'),
+                (c) => Array.from(c.querySelectorAll('.try-answer'), (a) => a.textContent).join(''))""")
+            # Views came while it ran, over the socket alone (polls refused), each answer a prefix of its final
+            # text: how many lengths a tiny model's answer is caught at depends on its speed, so that is not counted.
+            assert live and polls == []
+            assert all(final[i].startswith(texts[i]) for texts in live for i in range(3)), (live, final)
             expect(page.locator(".try-column")).to_have_count(3)
             expect(page.locator(".try-label")).to_have_text(["base", "demo@1", "demo@2"])
             expect(page.locator(".try-source")).to_have_text([

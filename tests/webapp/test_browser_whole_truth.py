@@ -11,14 +11,15 @@ import pytest
 from django.utils import timezone
 
 from tests.judge_double import HttpError
+from tests.ports import closed_port
 from tests.webapp.factories import (
     TEST_TINY_MODEL, judge_factory, mcp_server_factory, project_factory, run_factory, scenario_set_factory,
 )
 from tests.webapp.judge_words import PEOPLE_READ, UNTRANSLATED, judged_group
-from tests.webapp.test_browser import ARGS, CHROMIUM, SHOTS, log_in, server  # noqa: F401 - the daphne fixture
+from tests.webapp.browser import SHOTS, launch_chromium, log_in
+from tests.webapp.test_browser import server  # noqa: F401 - the daphne fixture
 from tests.webapp.test_error_causes import SERVER_DOWN
 from tests.webapp.test_prompt_budget_pages import SYSTEM, mail_tools
-from tests.webapp.world import free_port
 from webapp.models import Run, RunStatus
 
 pytestmark = [pytest.mark.django_db(transaction=True),
@@ -38,18 +39,13 @@ def model_check_at_launch(monkeypatch):
     monkeypatch.setenv("STUDIO_MODEL_CHECK", "launch")
 
 
-def _closed_port() -> int:
-    return free_port()  # nothing listens there
-
-
 def test_the_group_trajectory_and_compare_pages_show_no_untranslated_judge_id(server):  # noqa: F811
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     run = run_factory(status=RunStatus.COMPLETED)
     trajectories = judged_group(run)
     SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+    with launch_chromium() as browser:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         log_in(page, server, run.project.owner.username)
 
@@ -74,7 +70,7 @@ def test_the_group_trajectory_and_compare_pages_show_no_untranslated_judge_id(se
 
 def test_test_judge_names_each_cause_and_only_a_run_stopped_mid_way_hears_of_checkpoints(
         no_provider_key, judge_double, server):  # noqa: F811
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     project = project_factory()
     judges = {
@@ -84,14 +80,13 @@ def test_test_judge_names_each_cause_and_only_a_run_stopped_mid_way_hears_of_che
                 "The judge's API is rate-limiting", "lower the judge's concurrency"),
         "500": (judge_factory(project=project, name="failing", api_base=judge_double.api_base),
                 "The judge's server answered with an error of its own", "try again later"),
-        "down": (judge_factory(project=project, name="down", api_base=f"http://127.0.0.1:{_closed_port()}/v1"),
+        "down": (judge_factory(project=project, name="down", api_base=f"http://127.0.0.1:{closed_port()}/v1"),
                  "The judge's server could not be reached", "Check that the judge's server is up"),
     }
     mid_way = run_factory(project=project, status=RunStatus.FAILED, error=SERVER_DOWN, steps_done=2, name="mid-way")
     at_start = run_factory(project=project, status=RunStatus.FAILED, error=SERVER_DOWN, name="at-start")
     SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+    with launch_chromium() as browser:
         page = browser.new_page(viewport={"width": 1280, "height": 1000})
         log_in(page, server, project.owner.username)
         seen = set()
@@ -117,17 +112,14 @@ def test_test_judge_names_each_cause_and_only_a_run_stopped_mid_way_hears_of_che
 
 
 def test_the_agent_form_warns_a_prompt_that_cannot_fit_and_the_launch_refuses_it_in_words(
-        model_check_at_launch, tiny_model_dir, server, monkeypatch):  # noqa: F811
-    from django.db import connections
-    from playwright.sync_api import expect, sync_playwright
+        model_check_at_launch, tiny_model_dir, server):  # noqa: F811
+    from playwright.sync_api import expect
 
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # the test reads the database between clicks
     project = project_factory()
     mailbox = mcp_server_factory(project=project, name="mailbox", tools=mail_tools(4), tools_listed_at=timezone.now())
     scenario_set_factory(project=project, name="mail tasks")
     SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+    with launch_chromium() as browser:
         page = browser.new_page(viewport={"width": 1280, "height": 1400})
         log_in(page, server, project.owner.username)
 
@@ -168,7 +160,3 @@ def test_the_agent_form_warns_a_prompt_that_cannot_fit_and_the_launch_refuses_it
         expect(page.locator("#prompt-budget-outcome")).to_have_attribute("data-fits", "1", timeout=30_000)
         expect(page.locator("#prompt-budget-numbers")).to_contain_text("of the model's 1024-token context")
         browser.close()
-        # Inside sync_playwright() the ORM runs in another context, so it opened a connection of its own, which
-        # nothing else closes: left open, it made the suite's drop of the test database fail at the end (issue 44;
-        # tests/conftest.py's django_db_setup names such a session).
-        connections.close_all()

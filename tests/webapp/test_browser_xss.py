@@ -9,7 +9,8 @@ import pytest
 
 from tests.webapp.authz_world import World, build_world
 from tests.webapp.test_authorisation_matrix import EXPECTED, _path
-from tests.webapp.test_browser import ARGS, CHROMIUM, log_in, server  # noqa: F401  (fixture)
+from tests.webapp.browser import launch_chromium, log_in
+from tests.webapp.test_browser import server  # noqa: F401 - the daphne fixture
 from webapp.live.ingest import run_event_ingest
 from webapp.models import Agent, JudgeConfig, McpServer, Rescore, Rubric, Run, Scenario, Trajectory
 
@@ -65,16 +66,12 @@ def _is_download(path: str) -> bool:
     return path.endswith(".jsonl") or "/download/" in path
 
 
-def test_no_payload_executes_on_any_page(server, tmp_path, monkeypatch):  # noqa: F811
-    from playwright.sync_api import sync_playwright
-
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+def test_no_payload_executes_on_any_page(server, tmp_path):  # noqa: F811
     world = _hostile_world(tmp_path)
     pages = sorted(name for name, entry in EXPECTED.items() if not entry.api and "GET" in entry.allowed
                    and name != "login" and not _is_download(_path(name, world)))
     executed, dialogs, shown = [], [], set()
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+    with launch_chromium() as browser:
         context = browser.new_context(bypass_csp=True)
         page = context.new_page()
         page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))

@@ -10,10 +10,9 @@ from django.urls import reverse
 
 from tests.webapp.factories import run_factory
 from training.config import GRPOConfig
-from training.control import StaticControl
-from training.episodes import groups_by_role
-from training.groups import apply_scores, group_event, score_group
-from training.types import Scenario, Trajectory, env_reward_scorer
+from training.events import StaticControl
+from training.rl.groups import apply_scores, group_event, score_group
+from training.types import Scenario, Trajectory, env_reward_scorer, groups_by_role
 from webapp.execution.engine_child import ReviewMailbox, review_hook
 from webapp.live.ingest import run_event_ingest
 from webapp.models import RunStatus, Trajectory as TrajectoryRow, TrajectoryGroup

@@ -10,14 +10,10 @@ from django.urls import reverse
 
 from tests.judge_double import HttpError
 from tests.webapp.factories import agent_factory, judge_factory, project_factory, run_factory, scenario_set_factory
-from tests.webapp.world import free_port
+from tests.ports import closed_port
 from webapp.models import Run, RunStatus
 
 pytestmark = pytest.mark.django_db
-
-
-def _closed_port() -> int:
-    return free_port()  # nothing listens there
 
 
 def _test_judge(client, judge) -> str:
@@ -48,7 +44,7 @@ def test_test_judge_tells_a_missing_key_from_a_server_that_is_down(client, monke
     client.force_login(project.owner)
     no_key = _test_judge(client, judge_factory(project=project, model="openai/gpt-4o-mini"))
     assert "The judge has no API key" in no_key and "could not be reached" not in no_key
-    down = _test_judge(client, judge_factory(project=project, api_base=f"http://127.0.0.1:{_closed_port()}/v1"))
+    down = _test_judge(client, judge_factory(project=project, api_base=f"http://127.0.0.1:{closed_port()}/v1"))
     assert "The judge&#x27;s server could not be reached" in down and "no API key" not in down
     assert "resumes from its last checkpoint" not in no_key + down
 

@@ -56,14 +56,15 @@ def test_a_viewer_or_an_outsider_cannot_create_an_example_agent_in_someone_elses
 
 def test_an_example_agent_gets_its_warmed_up_model_where_the_deployment_offers_it(client, settings):
     from tests.webapp.factories import catalogue_model
-    from training.examples import GAMES_MODEL
+    from training.fixtures.examples import GAMES_MODEL
 
     project = project_factory()
     client.force_login(project.owner)
     url = reverse("agent-from-example", args=[project.id])
     form = client.get(url).content.decode()
     assert '<option value="" selected>the example&#x27;s own model</option>' in form
-    # This deployment offers two models and not the example's: a person must choose, and is told why.
+    # This deployment removed the games model and offers two others: a person must choose, and is told why.
+    settings.STUDIO_BASE_MODELS = {k: v for k, v in settings.STUDIO_BASE_MODELS.items() if k != GAMES_MODEL}
     refused = client.post(url, {"example": "tictactoe-random", "base_model": "", "scenarios": 3, "held_out": 1})
     assert refused.status_code == 400 and "warmed-up model" in refused.content.decode()
     catalogue_model(settings, "/models/tiny-games", name=GAMES_MODEL)  # an administrator lists it

@@ -11,7 +11,7 @@ from pathlib import Path
 import openai
 
 from tests.training.configs import small_config
-from training.external import assemble_trajectory
+from training.rl.external import assemble_trajectory
 
 REPO = Path(__file__).resolve().parents[2]
 

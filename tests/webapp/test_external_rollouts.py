@@ -19,6 +19,7 @@ from django.db import connection
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from tests.ports import closed_port
 from tests.webapp.conftest import ROOT, wait_for
 from tests.webapp.factories import (
     TEST_TINY_MODEL, agent_factory, judge_factory, member_factory, project_factory, run_factory,
@@ -65,7 +66,7 @@ def recorded(run, key: str, text: str, *, model: str, token_ids=(5, 6), group: i
              ) -> ExternalCall:
     """A call as the endpoint records it (the endpoint itself is tested against a real server below): sampled in
     its group's context, the run's system prompt and the group's scenario."""
-    from training.external import group_opening
+    from training.rl.external import group_opening
     from webapp.services.external_calls import external_call_record
 
     wanted = RunEvent.objects.filter(run=run, kind="rollouts_wanted", payload__step=step).latest("seq").payload
@@ -479,7 +480,7 @@ def test_an_agent_in_your_own_code_trains_a_run_on_the_tiny_model_through_the_we
     from webapp.execution.runner import run_execute
     from webapp.models import Step, TrajectoryGroup
 
-    settings.STUDIO_ENGINE = "training.loop:train"
+    settings.STUDIO_ENGINE = "training.rl.loop:train"
     project = project_factory()
     agent = agent_factory(project=project, base_model=TEST_TINY_MODEL, environment_kind="external",
                           environment_options={"group_timeout_s": 120, "on_missing": "fail"}, max_tokens=6)
@@ -538,10 +539,8 @@ def test_an_agent_in_your_own_code_trains_a_run_on_the_tiny_model_through_the_we
 
 
 def test_the_endpoint_says_so_when_the_runs_server_does_not_answer():
-    from tests.webapp.authz_world import _closed_port
-
     run = external_run()
-    open_step(run, base_url=f"http://127.0.0.1:{_closed_port()}/v1")
+    open_step(run, base_url=f"http://127.0.0.1:{closed_port()}/v1")
     response = user_client(run.project.owner).post(
         f"/api/runs/{run.id}/openai/v1/chat/completions", {"messages": [
             {"role": "system", "content": "Answer."}, {"role": "user", "content": "Question 1?"}]},
@@ -595,7 +594,7 @@ def test_a_worker_with_an_engine_host_starts_an_external_agents_server_there_and
 def test_an_earlier_steps_checkpoint_is_served_by_its_name_and_an_unknown_name_is_the_servers_404(
         inference_server, live_server, tiny_model_dir, tmp_path):
     from training.config import GRPOConfig, LoraConfig
-    from training.trainer import Trainer
+    from training.rl.trainer import Trainer
     from webapp.models import Checkpoint
 
     run = external_run()

@@ -38,7 +38,7 @@ def web(app_server):
 def _boards(n: int) -> list[str]:
     """Opening positions of the tiny model's task, so its answers are moves of varying length."""
     from training.environments import game_2048_rules as rules
-    from training.tiny_model import DEMO_USER_MESSAGE
+    from training.fixtures.tiny_model import DEMO_USER_MESSAGE
 
     rng = random.Random(7)
     return [f"{DEMO_USER_MESSAGE}\n{rules.render(rules.new_board(4, rng))}" for _ in range(n)]
@@ -50,7 +50,7 @@ def _launch(web, judge: JudgeDouble, tiny_model_dir, *, steps: int = STEPS, grou
     the run and a project token (what the user's process gets)."""
     from rest_framework.authtoken.models import Token
 
-    from training.tiny_model import DEMO_SYSTEM_PROMPT
+    from training.fixtures.tiny_model import DEMO_SYSTEM_PROMPT
     from webapp.models import JudgeConfig
     from webapp.services.project_tokens import project_token_create
     from webapp.services.secrets import secret_encrypt

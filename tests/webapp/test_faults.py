@@ -265,7 +265,7 @@ def test_kill_9_of_the_inference_server_between_rollouts_and_training_fails_the_
 
     from tests.judge_double import JudgeDouble, marker_or_brevity
     from tests.webapp.factories import judge_factory, rubric_factory
-    from training.tiny_model import DEMO_USER_MESSAGE
+    from training.fixtures.tiny_model import DEMO_USER_MESSAGE
 
     settings.STUDIO_EXECUTOR = "celery"
     monkeypatch.setenv("JUDGE_DOUBLE_API_KEY", "test")

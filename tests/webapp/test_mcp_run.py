@@ -52,7 +52,7 @@ def _json_object(text: str) -> bool:
 
 
 def _launch(project, model_dir: Path, marker: str, settings) -> Run:
-    from training.tiny_mailbox_model import MAILBOX_SYSTEM_PROMPT
+    from training.fixtures.tiny_mailbox_model import MAILBOX_SYSTEM_PROMPT
 
     # the deployment's catalogue: the shipped mailbox with a variable the test finds its processes by
     set_catalogue(settings, mailbox={"args": [*MAILBOX, "--transport", "stdio"], "env": {"RS_MCP_RUN_MARK": marker}})

@@ -12,7 +12,7 @@ from tests.webapp.factories import (
     agent_factory, conversation_rows, dataset_factory, judge_factory, project_factory, rubric_factory, run_factory,
     scenario_set_factory,
 )
-from training.sft_data import conversation_parse, split_held_out
+from training.sft.data import conversation_parse, split_held_out
 from webapp.live.ingest import run_event_ingest
 from webapp.models import Checkpoint, Run, Scenario
 from webapp.models.datasets import DatasetRow, DatasetVersion, Distillation

@@ -11,21 +11,27 @@ from pathlib import Path
 import pytest
 
 from webapp.model_catalogue import (
-    TINY_MODEL, BaseModelChoiceError, check_choice, hf_allowed, parse_catalogue, parse_hf_patterns, resolve,
+    GAMES_MODEL, TINY_MODEL, BaseModelChoiceError, check_choice, hf_allowed, parse_catalogue, parse_hf_patterns, resolve,
 )
 
 BASE = Path("/srv/studio")
 
 
-def test_the_tiny_model_is_listed_with_its_directory_and_context_length_by_default():
+def test_the_tiny_models_are_listed_with_their_directories_and_context_lengths_by_default():
+    from training.fixtures.examples import GAMES_MODEL as EXAMPLES_GAMES_MODEL
+
     entries = parse_catalogue("", base_dir=BASE)
-    assert list(entries) == [TINY_MODEL]
+    assert list(entries) == [TINY_MODEL, GAMES_MODEL] and GAMES_MODEL == EXAMPLES_GAMES_MODEL
     assert entries[TINY_MODEL].source == "/srv/studio/var/tiny-model" and entries[TINY_MODEL].context_length == 1024
+    # The game examples' own model, where bench/games_measure.py and `python -m training.fixtures.tiny_games_model` build it.
+    assert entries[GAMES_MODEL].source == "/srv/studio/var/tiny-games-model"
+    assert entries[GAMES_MODEL].context_length == 2048
+    assert "python -m training.fixtures.tiny_games_model" in entries[GAMES_MODEL].description
 
 
-def test_a_deployment_adds_entries_from_json_or_a_file_and_may_remove_the_default(tmp_path):
+def test_a_deployment_adds_entries_from_json_or_a_file_and_may_remove_the_defaults(tmp_path):
     raw = {"qwen-small": {"source": "Qwen/Qwen2.5-0.5B-Instruct", "context_length": 32768, "description": "small"},
-           TINY_MODEL: None}
+           TINY_MODEL: None, GAMES_MODEL: None}
     assert list(parse_catalogue(json.dumps(raw), base_dir=BASE)) == ["qwen-small"]
     (tmp_path / "models.json").write_text(json.dumps({"local": {"source": "/models/local", "context_length": 8}}))
     assert parse_catalogue(f"@{tmp_path / 'models.json'}", base_dir=BASE)["local"].source == "/models/local"

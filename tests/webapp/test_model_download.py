@@ -1,4 +1,4 @@
-"""The managed download (webapp/execution/model_fetch.py, training/hub): a catalogue model with a Hugging Face id
+"""The managed download (webapp/execution/model_fetch.py, training/model/hub): a catalogue model with a Hugging Face id
 is fetched by the worker into the shared model cache before the engine starts, from a double of the hub's HTTP
 API serving the tiny model (tests/hub_double.py), through huggingface_hub and real HTTP. The tests' environment
 sets HF_HUB_OFFLINE=1 (Makefile): the download works all the same, and the engine stays offline."""

@@ -11,7 +11,7 @@ import pytest
 from tests.webapp.conftest import wait_for
 from tests.webapp.factories import TEST_TINY_MODEL, member_factory, project_factory, scenario_set_factory
 from tests.webapp.fixed_answers_engine import REWARDS
-from training.grpo import group_advantages
+from training.rl.grpo import group_advantages
 from webapp.execution.executors import wait_idle
 from webapp.models import Agent, Role, Run, RunStatus, Trajectory
 from webapp.services.review import run_review_approve, trajectory_override
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _launch(tiny_model_dir, *, project, gate: bool, name: str) -> Run:
-    from training.demo import demo_config
+    from training.fixtures.demo import demo_config
 
     lora = demo_config(out_dir="unused", steps=1, model_dir=tiny_model_dir).lora.model_dump()
     agent = Agent.objects.create(project=project, name=name, base_model=TEST_TINY_MODEL,

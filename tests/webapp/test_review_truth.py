@@ -12,7 +12,7 @@ from tests.judge_double import JudgeDouble
 from tests.webapp.factories import PASSWORD, run_factory
 from training.config import GRPOConfig
 from training.events import JudgeUsage
-from training.groups import group_event, score_group
+from training.rl.groups import group_event, score_group
 from training.types import Scenario, Trajectory as EngineTrajectory, TrajectoryGroup as EngineGroup
 from webapp.live.ingest import run_event_ingest
 from webapp.models import Run, RunEvent, RunStatus, Trajectory

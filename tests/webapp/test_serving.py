@@ -29,11 +29,18 @@ def _listening(base_url: str) -> bool:
         return s.connect_ex((url.hostname, url.port)) == 0
 
 
-def test_the_server_starts_on_the_executor_answers_with_the_token_and_goes_down_when_idle(serving):  # noqa: F811
+@pytest.fixture
+def quick_idle(serving, settings):  # noqa: F811
+    """The server stops after 2 s without use: these tests wait for that stop."""
+    settings.STUDIO_SERVE_IDLE_S = 2.0
+    return serving
+
+
+def test_the_server_starts_on_the_executor_answers_with_the_token_and_goes_down_when_idle(quick_idle):
     from webapp.services.serving import SERVED_BASE, project_server_request, server_headers
 
     project = project_factory()
-    server, started = project_server_request(project=project, base_model=str(serving))
+    server, started = project_server_request(project=project, base_model=str(quick_idle))
     assert started and server.status == "starting" and server.starts == 1
     ready = wait_for(lambda: ProjectServer.objects.filter(pk=server.pk, status="ready").first(), timeout=120,
                      message="the server to be ready")
@@ -45,21 +52,21 @@ def test_the_server_starts_on_the_executor_answers_with_the_token_and_goes_down_
     assert listed.status_code == 200 and [m["id"] for m in listed.json()["data"]] == [SERVED_BASE]
     assert httpx.get(f"{ready.base_url}/models", timeout=10).status_code == 401  # the deployment's token only
     # Another request while it is up starts nothing and keeps it up.
-    again, started_again = project_server_request(project=project, base_model=str(serving))
+    again, started_again = project_server_request(project=project, base_model=str(quick_idle))
     assert (again.pk, started_again) == (server.pk, False)
     stopped = wait_for(lambda: ProjectServer.objects.filter(pk=server.pk, status="stopped").first(), timeout=30,
                        message="the idle server to stop")
     assert stopped.stop_reason.startswith("idle for ") and "STUDIO_SERVE_IDLE_S" in stopped.stop_reason
     wait_for(lambda: not _listening(ready.base_url), timeout=20, message="the server process to exit")
     # The next request starts it again.
-    restarted, started = project_server_request(project=project, base_model=str(serving))
+    restarted, started = project_server_request(project=project, base_model=str(quick_idle))
     assert started and restarted.starts == 2 and restarted.status == "starting"
 
 
-def test_requests_keep_a_server_up_past_its_idle_time(serving):  # noqa: F811
+def test_requests_keep_a_server_up_past_its_idle_time(quick_idle):
     from webapp.services.serving import project_server_request, project_server_touch
 
-    server, _ = project_server_request(project=project_factory(), base_model=str(serving))
+    server, _ = project_server_request(project=project_factory(), base_model=str(quick_idle))
     wait_for(lambda: ProjectServer.objects.filter(pk=server.pk, status="ready").exists(), timeout=120,
              message="the server to be ready")
     deadline = timezone.now() + timedelta(seconds=3 * settings.STUDIO_SERVE_IDLE_S)

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests.local_server import start_local_server
+from training.fixtures.tiny_model import DEMO_SYSTEM_PROMPT
 from training.servers import InferenceServer
-from training.tiny_model import DEMO_SYSTEM_PROMPT
 
 ROOT = Path(__file__).resolve().parents[2]
 BOARD = "New game. Board:\n. . 2 .\n. . . .\n. 2 . .\n. . . ."

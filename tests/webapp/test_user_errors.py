@@ -11,7 +11,7 @@ from django.utils.html import escape
 from rest_framework.test import APIClient
 
 from tests.webapp.factories import agent_factory, judge_factory, project_factory, run_factory, scenario_set_factory
-from tests.webapp.world import free_port
+from tests.ports import closed_port
 from webapp.models import Run, RunStatus
 
 pytestmark = pytest.mark.django_db
@@ -27,10 +27,6 @@ NO_JUDGE = ("TrainingError: 2 of 2 groups could not be scored in step 1; first e
 
 def _outside_details(html: str) -> str:
     return re.sub(r"<details.*?</details>", "", html, flags=re.S)
-
-
-def _closed_port() -> int:
-    return free_port()  # nothing listens there
 
 
 def _form(project, agent, **extra):
@@ -104,7 +100,7 @@ def test_a_chat_agent_that_scores_itself_by_exact_match_launches_without_a_judge
 
 def test_launch_refuses_a_judge_that_does_not_answer_and_queues_nothing(client):
     project = project_factory()
-    judge = judge_factory(project=project, api_base=f"http://127.0.0.1:{_closed_port()}/v1")
+    judge = judge_factory(project=project, api_base=f"http://127.0.0.1:{closed_port()}/v1")
     client.force_login(project.owner)
     response = client.post(reverse("run-launch", args=[project.id]),
                            _form(project, agent_factory(project=project), judge_config=judge.id))

@@ -2,6 +2,7 @@
 nothing running in it, and one readiness wait that fails at once, saying why, when the server died."""
 from __future__ import annotations
 
+import errno
 import socket
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import time
 import pytest
 import requests
 
+from tests.ports import closed_port
 from tests.webapp.factories import run_factory
 from tests.webapp.world import AppWorld, free_port, listening, wait_listening
 from webapp.models import RunStatus
@@ -43,6 +45,20 @@ def test_a_port_that_another_process_listens_on_does_not_count_as_the_server_bei
         finally:
             never_listens.kill()
             never_listens.wait()
+
+
+def test_the_closed_port_refuses_a_connection_at_once_and_no_other_process_can_take_it():
+    """An address that must lead nowhere (a judge that is down) stays so: a port found free and let go could be
+    bound by a server started later, and the 'down' judge would answer."""
+    port = closed_port()
+    assert closed_port() == port  # one per process
+    with socket.socket() as client:
+        client.settimeout(5)
+        assert client.connect_ex(("127.0.0.1", port)) == errno.ECONNREFUSED
+    bind = ("import socket, sys; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+            "try: s.bind(('127.0.0.1', int(sys.argv[1])))\nexcept OSError as e: sys.exit(e.errno)")
+    assert subprocess.run([sys.executable, "-c", bind, str(port)], timeout=60).returncode == errno.EADDRINUSE
+    assert subprocess.run([sys.executable, "-c", bind, str(free_port())], timeout=60).returncode == 0
 
 
 def test_the_served_app_is_kept_for_the_next_test_only_when_nothing_was_left_running_in_it(tmp_path, monkeypatch):

@@ -13,6 +13,16 @@ share it, and the one free-port helper and one readiness wait every test that st
   It is stopped when a test leaves work in it (an active run, a project server, an engine child: the next test
   must not meet them, and the next test's database flush must not pull rows from under them), when a test
   that does not use it runs (its reaper would mark that test's `running` runs crashed), and at the end.
+
+Every daphne the tests start goes through `start_daphne` (checked for issue 44: no test file has a copy of its own).
+The fixtures that serve the app, and why the ones that start their own cannot share this worker's:
+- `server` (test_browser.py), `served_app` (serving_world.py), `web` (test_external_rollouts_e2e.py): `app_server`.
+- `scripted_server` (test_browser_live_truth.py): `scripted_app_server`.
+- `api_server` (test_api_contract.py): its own; the fuzzer needs every limit raised a millionfold and all egress
+  refused (STUDIO_THROTTLE_SCALE, STUDIO_EGRESS_DENY_ALL), settings of the process that no other test may have.
+- `_daphne` (test_faults.py): its own; the test kills it with -9 mid-override and restarts it on the same port.
+- `web` (tests/security/test_endpoint_flood.py): its own; a per-run cap (STUDIO_EXTERNAL_MAX_IN_FLIGHT) and a
+  PostgreSQL application_name by which the test counts that process's connections, both settings of the process.
 """
 from __future__ import annotations
 
@@ -58,9 +68,10 @@ def start_daphne(env: dict[str, str], log: Path, *, port: int = 0) -> Served:
     """daphne on the ASGI app with `env` (start from `_worker_env`: the test database), appending to `log`. With
     no port it binds port 0 itself and the port it got is read back: no window in which a port found free is
     taken by another process before daphne binds it."""
-    proc = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                             "webapp.asgi:application"], cwd=ROOT, env=env, stdout=open(log, "ab"),
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    with open(log, "ab") as out:  # the child keeps its own copy of the descriptor; ours closes here
+        proc = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+                                 "webapp.asgi:application"], cwd=ROOT, env=env, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
     port = wait_listening(port, proc=proc, log=log, what="daphne")
     return Served(proc=proc, port=port, log=log)
 

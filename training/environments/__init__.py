@@ -1,4 +1,6 @@
-"""The environment registry. Built in: `chat`, `tools`, `game_2048`, `mcp`, `external`; add yours with `register`."""
+"""The environment registry. Built in: `chat`, `tools`, `game_2048`, `mcp`, `external` and the games; add yours with
+`register`. Beside them: a run's scenarios (`scenarios`) and the guard on the programs an environment starts
+(`process_guard`). Imports training's top modules only."""
 from __future__ import annotations
 
 from typing import Callable
@@ -6,7 +8,7 @@ from typing import Callable
 from pydantic import ValidationError
 
 from training.environments.base import Environment, RolloutConfig
-from training.errors import TrainingError
+from training.types import TrainingError
 
 _REGISTRY: dict[str, type[Environment]] = {}
 

@@ -3,7 +3,7 @@
 An environment turns (client, model, scenario, config) into a Trajectory by talking to the server with plain
 OpenAI-client code. It may set `env_reward` (a verifiable reward). Register your own with
 `@training.environments.register("name")` on a subclass of `Environment`. An episode with several players
-returns one trajectory per role (training/episodes.py).
+returns one trajectory per role (training/types.py).
 """
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict
 
 from training.config import SamplingConfig
-from training.errors import TrainingError
-from training.types import Message, Scenario, Trajectory
+from training.types import Message, Scenario, TrainingError, Trajectory
 
 
 class NoOptions(BaseModel):
@@ -40,7 +39,7 @@ class Environment:
     async def rollout(self, client: Any, model: str, scenario: Scenario,
                       config: RolloutConfig) -> Trajectory | list[Trajectory]:
         """One episode. A game where the policy plays several parts returns one trajectory per role it played,
-        each with `role` set to one of `roles(options)` (training/episodes.py)."""
+        each with `role` set to one of `roles(options)` (training/types.py)."""
         raise NotImplementedError
 
     @classmethod

@@ -1,5 +1,5 @@
 """`external`: an agent in the user's own code (external rollouts). It never rolls out here: the loop takes its
-groups from the user's process (training/external.py, the loop's second rollout source). Registered so that an
+groups from the user's process (training/rl/external.py, the loop's second rollout source). Registered so that an
 agent can name it and its options are checked like any environment's."""
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from training.environments import register
 from training.environments.base import Environment, RolloutConfig
-from training.errors import TrainingError
-from training.types import Scenario, Trajectory
+from training.types import Scenario, TrainingError, Trajectory
 
 
 class ExternalOptions(BaseModel):

@@ -3,7 +3,7 @@ a `TrainingError`, so at launch one refuses the run, and mid-run the environment
 trajectory only."""
 from __future__ import annotations
 
-from training.errors import TrainingError
+from training.types import TrainingError
 
 
 class McpServerError(TrainingError):

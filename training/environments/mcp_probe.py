@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from training.environments.mcp_session import McpServerError, ServerSpec, open_session
-from training.process_guard import hide_environment
+from training.environments.process_guard import hide_environment
 
 
 async def probe(request: dict[str, Any]) -> dict[str, Any]:

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from training.environments import register
-from training.environments import temporal_clue_puzzles as puzzles
+from training.environments import register, temporal_clue_puzzles as puzzles
 from training.environments.base import Environment, RolloutConfig, add_turn, complete, new_trajectory, opening_messages
-from training.errors import TrainingError
-from training.types import Scenario, Trajectory
+from training.types import Scenario, TrainingError, Trajectory
 
 
 def scenario_puzzle(scenario: Scenario) -> puzzles.Puzzle:

@@ -8,7 +8,7 @@ loss 0.
 
 Opponents (`opponent`): `random`, `perfect` (minimax: it never loses), `model` (another name the run's server
 serves: the base model, or an adapter `<run>@<step>`), or `self`: the policy plays both sides, and each episode
-gives two trajectories, roles `x` and `o` (training/episodes.py), each rewarded from its own side.
+gives two trajectories, roles `x` and `o` (training/types.py), each rewarded from its own side.
 """
 from __future__ import annotations
 
@@ -19,8 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from training.environments import register
-from training.environments import tictactoe_rules as rules
+from training.environments import register, tictactoe_rules as rules
 from training.environments.base import Environment, RolloutConfig, add_turn, complete, new_trajectory
 from training.types import Message, Scenario, Trajectory
 

@@ -18,8 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from training.environments import register
 from training.environments.base import Environment, RolloutConfig, add_turn, complete, new_trajectory, opening_messages
-from training.errors import TrainingError
-from training.types import Scenario, Trajectory
+from training.types import Scenario, TrainingError, Trajectory
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""What the engine measures about GPUs before it takes one: the activation probe behind the memory plan's
-activation and logits terms (`activation_probe`), the terms the plan reads (`activation_terms`), and the vLLM
-flags that would override the planned memory share (`server_flags`). May import torch, transformers and peft
-(lazily, inside functions) and training's own modules; never Django, the web app or judging."""
+"""The GPUs a run takes: the memory plan worked out from configs alone (`memory_plan`), the activation probe behind
+its activation and logits terms (`activation_probe`, `activation_terms`), a model's shape read from its config
+(`model_shape`), how a run's vLLM and trainer share a worker's GPUs (`sharing`), and several processes training one
+run (`distributed`). May import torch, transformers and peft (lazily, inside functions), training's top modules and
+the model package; never a run kind, Django, the web app or judging."""

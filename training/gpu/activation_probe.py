@@ -7,7 +7,7 @@ backward pass and adds at the backward's peak, measured on CPU at a small width 
 How it measures (docs/gpu.md, "The activation terms"): the architecture is built from its transformers config
 with every width scaled down by the same factor (hidden, intermediate and head sizes; head counts kept), random
 weights, the run's LoRA through peft, and one or two decoder layers. A forward and backward pass of the engine's
-own log-prob function (training.grpo.token_logprobs, with its chunked output layer) runs over `PROBE_TOKENS`
+own log-prob function (training.rl.grpo.token_logprobs, with its chunked output layer) runs over `PROBE_TOKENS`
 tokens while two counters watch:
 
 - autograd's saved tensors (`torch.autograd.graph.saved_tensors_hooks`): the bytes of every distinct storage the
@@ -135,7 +135,7 @@ def _scaled_model(key: ProbeKey, head_dim: int, layers: int, vocab: int) -> Any:
         attention_bias=key.qkv_bias, use_cache=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
     dtype = getattr(torch, key.dtype)
     model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="sdpa")
-    if key.checkpointing:  # as the trainer does (training/trainer.py)
+    if key.checkpointing:  # as the trainer does (training/rl/trainer.py)
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     targets = [t for t in key.lora_targets if any(n.endswith(t) for n, _ in model.named_modules())]
     model = get_peft_model(model, LoraConfig(r=key.lora_r, lora_alpha=2 * key.lora_r, target_modules=targets,
@@ -152,7 +152,7 @@ def measure_pass(model: Any, vocab: int, *, tokens: int = PROBE_TOKENS, chunk_to
     without the per-operator tracking, which costs most of the probe's time."""
     import torch
 
-    from training.grpo import token_logprobs
+    from training.model.logprobs import token_logprobs
 
     ids = torch.randint(0, vocab, (1, tokens), generator=torch.Generator().manual_seed(0))
     attention = torch.ones_like(ids)

@@ -1,5 +1,5 @@
 """The memory plan's activation terms for one micro-batch: from the activation probe (activation_probe.py) where
-it can build the architecture, else from assumed terms, and the plan says which (training/memory_plan.py)."""
+it can build the architecture, else from assumed terms, and the plan says which (training/gpu/memory_plan.py)."""
 from __future__ import annotations
 
 import logging

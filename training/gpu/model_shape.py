@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from training.errors import TrainingError
+from training.types import TrainingError
 
 # The tokens per sequence the plan budgets the KV cache for when server.max_model_len is unset.
 DEFAULT_MAX_MODEL_LEN = 4096

@@ -8,6 +8,8 @@ versioned names; `client()` / `async_client()` give the OpenAI client to call it
 A server this module starts (local, vllm) listens on a loopback host unless the deployment sets
 $STUDIO_INFERENCE_TOKEN; with it, the server requires it of every request (vLLM as VLLM_API_KEY, on /v1) and the
 clients here send it. An external URL is never sent the token: it is not ours.
+Beside them: the local server's batched sampling (`sampling`) and how an engine process ends (`process_exit`).
+May import training's top modules and the model and gpu packages; never a run kind.
 """
 from __future__ import annotations
 
@@ -24,8 +26,8 @@ from typing import Any
 import httpx
 
 from training.config import ChatConfig, ServerConfig
-from training.errors import TrainingError
 from training.servers.serving import TOKEN_ENV, bind_refusal, inference_token
+from training.types import TrainingError
 
 
 class InferenceServer:
@@ -202,7 +204,7 @@ def start_server(config: ServerConfig, base_model: str, log_path: Path, *, devic
         raise TrainingError(f"server.host: {refusal}")
     port = config.port or free_port(config.host)
     if config.kind == "vllm":
-        from training.chat_templates.serving import vllm_chat_template_args
+        from training.model.chat_templates.serving import vllm_chat_template_args
         from training.servers.vllm import vllm_command
 
         command, vllm_env = vllm_command(config, base_model, port, served_name)

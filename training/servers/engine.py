@@ -27,10 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from training.chat_format import pad_token_id
-from training.chat_format import prompt_ids as chat_prompt_ids
-from training.chat_templates import install, tool_calls
-from training.servers.chat_request import MAX_N, ChatParams, RequestError, chat_params
+from training.model.chat_format import pad_token_id, prompt_ids as chat_prompt_ids
+from training.model.chat_templates import install, tool_calls
+from training.servers.chat_request import ChatParams, MAX_N, RequestError, chat_params
 from training.servers.folded import FoldedCopy, foldable
 
 TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
@@ -91,7 +90,7 @@ class Engine:
         self.lock = threading.Lock()
         self.stopped = False
         self.context = getattr(self.base.config, "max_position_embeddings", 2048)
-        # A known family samples with its training template (training.chat_templates), so each turn's prompt is
+        # A known family samples with its training template (training.model.chat_templates), so each turn's prompt is
         # the one the trainer renders for it; its turns end at its own marker, and its tool calls are its format.
         self.chat_family = install(self.tokenizer, name=chat_family, reasoning=reasoning,  # type: ignore[arg-type]
                                    model_type=getattr(self.base.config, "model_type", None))
@@ -246,7 +245,7 @@ class Engine:
                 (item[2] if isinstance(item, tuple) else item.future).set_exception(error)
 
     def _sample(self, batch: list[Job]) -> list:
-        from training.sampling import sample_batch
+        from training.servers.sampling import sample_batch
 
         generator = None
         if batch[0].seed is not None:

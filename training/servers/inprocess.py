@@ -20,8 +20,8 @@ import httpx
 import openai
 from openai.types.chat import ChatCompletion
 
-from training.errors import TrainingError
 from training.servers.engine import ApiError, Engine
+from training.types import TrainingError
 
 BASE_URL = "inprocess://local/v1"  # not dialled: it names the server in messages and logs
 # A request reaches the engine's queue within microseconds here (milliseconds over HTTP), so requests made

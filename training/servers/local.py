@@ -27,7 +27,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from training.chat_templates import FAMILIES
+from training.model.chat_templates import FAMILIES
 from training.servers.chat_request import MAX_N
 from training.servers.engine import ApiError, Engine
 from training.servers.serving import Limits, bind_refusal, inference_token, serve
@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     parser.add_argument("--max-n", type=int, default=MAX_N, help="most choices per request (n)")
     parser.add_argument("--chat-family", default=None, choices=sorted(FAMILIES),
-                        help="the model's chat family (default: from its chat template; training/chat_templates)")
+                        help="the model's chat family (default: from its chat template; training/model/chat_templates)")
     parser.add_argument("--reasoning", default="keep", choices=["keep", "drop"],
                         help="reasoning models (Qwen3): keep thinking, or drop it (non-thinking mode)")
     for field, info in Limits.model_fields.items():

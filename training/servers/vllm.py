@@ -15,9 +15,9 @@ import shlex
 import subprocess
 
 from training.config import ServerConfig
-from training.errors import TrainingError
+from training.config.server_flags import share_flag
 from training.gpu.model_shape import config_json
-from training.gpu.server_flags import share_flag
+from training.types import TrainingError
 
 # vLLM accepts only these LoRA ranks for --max-lora-rank; a configured rank is rounded up to the next one.
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)

@@ -16,7 +16,7 @@ from rest_framework.response import Response
 
 from webapp.api import dataset_serializers as ds
 from webapp.api.negotiation import JSON_ONLY
-from webapp.api.views import _InProject, _picker, _project, _ProjectListMixin
+from webapp.api.views import _CreateByService, _InProject, _picker, _project, _ProjectListMixin
 from webapp.models import Agent, Checkpoint, JudgeConfig, Role, RubricVersion, ScenarioSet
 from webapp.models.datasets import Dataset, DatasetVersion, Distillation
 from webapp.selectors import datasets as dataset_selectors
@@ -24,15 +24,12 @@ from webapp.services import datasets as dataset_services
 from webapp.services import distillation as distillation_services
 
 
-class DatasetViewSet(_ProjectListMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, _InProject):
+class DatasetViewSet(_ProjectListMixin, mixins.RetrieveModelMixin, _CreateByService, _InProject):
     serializer_class = ds.DatasetSerializer
     action_roles = {"upload": Role.EDITOR}
     queryset = Dataset.objects.order_by("id")
 
-    def perform_create(self, serializer):
-        data = dict(serializer.validated_data)
-        project = _project(self.request, data.pop("project").id)
-        serializer.instance = dataset_services.dataset_create(user=self.request.user, project=project, **data)
+    create_service = staticmethod(dataset_services.dataset_create)
 
     @extend_schema(request={"multipart/form-data": ds.DatasetUploadSerializer}, responses={201: ds.DatasetVersionSerializer})
     @action(detail=True, methods=["post"], parser_classes=[MultiPartParser, FormParser], **JSON_ONLY)

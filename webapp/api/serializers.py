@@ -238,7 +238,7 @@ class RunDetailSerializer(RunSerializer):
 
 
 class SFTOptionsSerializer(serializers.Serializer):
-    """The explicit SFT options a launch may set (training/sft_config.py documents each); the data is a dataset
+    """The explicit SFT options a launch may set (training/config/sft.py documents each); the data is a dataset
     version, never a file."""
 
     epochs = serializers.IntegerField(required=False, min_value=1, max_value=1000)

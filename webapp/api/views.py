@@ -2,6 +2,8 @@
 user's projects, so a non-member gets 404; writes go through the same services as the pages."""
 from __future__ import annotations
 
+from typing import Any, Callable
+
 from django.conf import settings
 from django.db.models import Prefetch
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -62,6 +64,29 @@ class _InProject(viewsets.GenericViewSet):
             require_role(user=request.user, project=project, role=role)
 
 
+class _CreateByService(mixins.CreateModelMixin):
+    """POST makes the object with its service, never the serializer: `create_service(user=, project=, **fields)`,
+    the project looked up for the caller first (a 404 for a project they are not in)."""
+    create_service: Callable[..., Any]
+
+    def perform_create(self, serializer):
+        data = dict(serializer.validated_data)
+        project = _project(self.request, data.pop("project").id)
+        serializer.instance = self.create_service(user=self.request.user, project=project, **data)
+
+
+class _UpdateByService(mixins.UpdateModelMixin):
+    """PUT/PATCH change the object with its service, `update_service(user=, <update_arg>=object, **fields)`; the
+    project it belongs to stays as it is."""
+    update_service: Callable[..., Any]
+    update_arg: str
+
+    def perform_update(self, serializer):
+        data = {k: v for k, v in serializer.validated_data.items() if k != "project"}
+        serializer.instance = self.update_service(user=self.request.user, **{self.update_arg: serializer.instance},
+                                                  **data)
+
+
 class _ProjectListMixin(mixins.ListModelMixin):
     """A list that `?project=` narrows to one project (a whole number of at least 1; a 400 naming it otherwise)."""
 
@@ -88,32 +113,23 @@ class ProjectViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Cr
         serializer.instance = project_create(owner=self.request.user, **serializer.validated_data)
 
 
-class AgentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
-                   mixins.UpdateModelMixin, _InProject):
+class AgentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, _CreateByService,
+                   _UpdateByService, _InProject):
     serializer_class = s.AgentSerializer
     action_roles = {"update": Role.EDITOR, "partial_update": Role.EDITOR}
     queryset = Agent.objects.order_by("id")
 
-    def perform_create(self, serializer):
-        data = dict(serializer.validated_data)
-        project = _project(self.request, data.pop("project").id)
-        serializer.instance = catalogue_services.agent_create(user=self.request.user, project=project, **data)
+    create_service = staticmethod(catalogue_services.agent_create)
 
-    def perform_update(self, serializer):
-        data = {k: v for k, v in serializer.validated_data.items() if k != "project"}
-        serializer.instance = catalogue_services.agent_update(user=self.request.user, agent=serializer.instance,
-                                                              **data)
+    update_service, update_arg = staticmethod(catalogue_services.agent_update), "agent"
 
 
-class ScenarioSetViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, _InProject):
+class ScenarioSetViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, _CreateByService, _InProject):
     serializer_class = s.ScenarioSetSerializer
     action_roles = {"scenarios:POST": Role.EDITOR, "upload": Role.EDITOR}
     queryset = ScenarioSet.objects.order_by("id")
 
-    def perform_create(self, serializer):
-        data = dict(serializer.validated_data)
-        project = _project(self.request, data.pop("project").id)
-        serializer.instance = catalogue_services.scenario_set_create(user=self.request.user, project=project, **data)
+    create_service = staticmethod(catalogue_services.scenario_set_create)
 
     @extend_schema(methods=["GET"], responses=s.ScenarioSerializer(many=True))
     @extend_schema(methods=["POST"], request=s.ScenarioSerializer, responses={201: s.ScenarioSerializer})
@@ -141,16 +157,13 @@ class ScenarioSetViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixin
         return Response(s.ScenarioSetSerializer(scenario_set).data, status=status.HTTP_201_CREATED)
 
 
-class RubricViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, _InProject):
+class RubricViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, _CreateByService, _InProject):
     serializer_class = s.RubricSerializer
     action_roles = {"versions": Role.EDITOR}
     queryset = Rubric.objects.order_by("id").prefetch_related(
         Prefetch("versions", queryset=RubricVersion.objects.order_by("number")))
 
-    def perform_create(self, serializer):
-        data = dict(serializer.validated_data)
-        project = _project(self.request, data.pop("project").id)
-        serializer.instance = catalogue_services.rubric_create(user=self.request.user, project=project, **data)
+    create_service = staticmethod(catalogue_services.rubric_create)
 
     @extend_schema(request=s.RubricVersionSerializer, responses={201: s.RubricVersionSerializer})
     @action(detail=True, methods=["post"], parser_classes=[InputJSONParser])
@@ -162,25 +175,19 @@ class RubricViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Cre
         return Response(s.RubricVersionSerializer(version).data, status=status.HTTP_201_CREATED)
 
 
-class JudgeConfigViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
-                         mixins.UpdateModelMixin, _InProject):
+class JudgeConfigViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, _CreateByService,
+                         _UpdateByService, _InProject):
     serializer_class = s.JudgeConfigSerializer
     action_roles = {"update": Role.EDITOR, "partial_update": Role.EDITOR}
     queryset = JudgeConfig.objects.order_by("id")
 
-    def perform_create(self, serializer):
-        data = dict(serializer.validated_data)
-        project = _project(self.request, data.pop("project").id)
-        serializer.instance = catalogue_services.judge_config_create(user=self.request.user, project=project, **data)
+    create_service = staticmethod(catalogue_services.judge_config_create)
 
-    def perform_update(self, serializer):
-        data = {k: v for k, v in serializer.validated_data.items() if k != "project"}
-        serializer.instance = catalogue_services.judge_config_update(user=self.request.user,
-                                                                     judge=serializer.instance, **data)
+    update_service, update_arg = staticmethod(catalogue_services.judge_config_update), "judge"
 
 
-class McpServerViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
-                       mixins.UpdateModelMixin, mixins.DestroyModelMixin, _InProject):
+class McpServerViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, _CreateByService,
+                       _UpdateByService, mixins.DestroyModelMixin, _InProject):
     """Editors add, change and delete a project's MCP servers. A stdio server names an entry of the deployment's
     catalogue (`catalogue_entry`, GET /api/mcp-catalogue/); a `command`, `args`, `env` or `cwd` is refused (400,
     naming it). Header values are write-only, and dropped when the URL moves to another origin unless given
@@ -191,15 +198,9 @@ class McpServerViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.
                     "destroy": Role.EDITOR}
     queryset = McpServer.objects.order_by("id")
 
-    def perform_create(self, serializer):
-        data = dict(serializer.validated_data)
-        project = _project(self.request, data.pop("project").id)
-        serializer.instance = mcp_services.mcp_server_create(user=self.request.user, project=project, **data)
+    create_service = staticmethod(mcp_services.mcp_server_create)
 
-    def perform_update(self, serializer):
-        data = {k: v for k, v in serializer.validated_data.items() if k != "project"}
-        serializer.instance = mcp_services.mcp_server_update(user=self.request.user, server=serializer.instance,
-                                                             **data)
+    update_service, update_arg = staticmethod(mcp_services.mcp_server_update), "server"
 
     def perform_destroy(self, instance):
         mcp_services.mcp_server_delete(user=self.request.user, server=instance)

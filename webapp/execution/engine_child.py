@@ -3,7 +3,7 @@
 A run with several training processes starts as `torchrun --standalone --nproc-per-node N -m
 webapp.execution.engine_child stdout --spec FILE`: torchrun passes no other descriptor on, so rank 0 writes the
 events to stdout (and redirects its own stdout prints to the log), every rank reads the spec from FILE, only
-rank 0 reads stdin and reports, and the other ranks train what rank 0 sends them (training/distributed.py).
+rank 0 reads stdin and reports, and the other ranks train what rank 0 sends them (training/gpu/distributed.py).
 
 It never imports Django. Protocol with the parent:
 - stdin, first line: {"config": RunConfig JSON, "engine": "module:function"}; later lines: {"control": state}
@@ -33,8 +33,8 @@ from collections import Counter, deque
 from pathlib import Path
 from typing import Any
 
-from training.control import StaticControl
-from training.external import Inbox
+from training.events import StaticControl
+from training.rl.external import Inbox
 
 PARENT_GONE_GRACE_S = 30.0
 
@@ -200,10 +200,10 @@ def main() -> int:
     parser.add_argument("events", help="file descriptor for the events, or `stdout` (under torchrun)")
     parser.add_argument("--spec", help="the run's spec as a JSON file, for every rank (else stdin's first line)")
     args = parser.parse_args()
-    from training.process_guard import hide_environment
+    from training.environments.process_guard import hide_environment
 
     hide_environment()  # its judge key and MCP headers: never readable by the MCP servers and tools it starts
-    rank = int(os.environ.get("RANK", "0"))  # as torchrun sets it (training.distributed imports torch: not yet)
+    rank = int(os.environ.get("RANK", "0"))  # as torchrun sets it (training.gpu.distributed imports torch: not yet)
     spec = json.loads(Path(args.spec).read_text() if args.spec else sys.stdin.readline())
     control = StaticControl()
     events: EventWriter | None = None
@@ -240,7 +240,7 @@ def main() -> int:
             budget = budget_from_env(on_wait=lambda key, what, limit: writer(
                 JudgeBudgetWait(key=key, what=what, limit=limit)))
             scorer = judge_scorer_from_config(config.judge, budget=budget)  # its accounting: JudgeUsage events
-        engine = _load(spec.get("engine") or "training.loop:train")
+        engine = _load(spec.get("engine") or "training.rl.loop:train")
         extra = {}
         if "review" in inspect.signature(engine).parameters and mailbox is not None:
             # Always hooked: without a review gate the parent answers at once with the overrides made so far.
@@ -262,6 +262,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    from training.process_exit import end_process
+    from training.servers.process_exit import end_process
 
     end_process(main())  # without the interpreter's finalisation, which could abort a completed run's process

@@ -2,7 +2,7 @@
 (STUDIO_MODEL_CACHE_DIR) before anything else of the run starts (issue 45).
 
 The worker calls `run_model_fetch` once, after claiming the run and before checking the model and starting the
-engine. A model already complete in the cache is taken at once, asking no hub; else `python -m training.hub`
+engine. A model already complete in the cache is taken at once, asking no hub; else `python -m training.model.hub`
 downloads it in a process of its own, whose progress becomes the run's phase ("downloading Qwen/Qwen3-8B: 3.1
 of 16.4 GB") through `model_download` events, while this loop beats the run's heartbeat and stops the download
 when the run is cancelled. A failure (hub unreachable, a token needed, not enough disk) is a named error before
@@ -68,7 +68,7 @@ def model_engine_env(env: dict[str, str], fetched: ModelFetch) -> dict[str, str]
 
 
 def run_model_fetch(*, run_id: int, worker: str, config: dict[str, Any]) -> ModelFetch:
-    from training.hub import cached_snapshot
+    from training.model.hub import cached_snapshot
 
     repo_id = hub_model(config)
     if repo_id is None:
@@ -89,7 +89,7 @@ def _download_env() -> dict[str, str]:
 def _download(*, run_id: int, worker: str, repo_id: str, cache_dir: Path) -> ModelFetch:
     log_path = Path(settings.STUDIO_RUNS_DIR) / "model-downloads.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "training.hub", repo_id, "--cache-dir", str(cache_dir),
+    command = [sys.executable, "-m", "training.model.hub", repo_id, "--cache-dir", str(cache_dir),
                "--endpoint", settings.STUDIO_MODEL_HUB]
     with open(log_path, "ab") as log_file:
         proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log_file, stdin=subprocess.DEVNULL,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from training.parking.scored_step import scored_step_discard
+from training.rl.parking import scored_step_discard
 
 from webapp.models import Run, RunStatus
 from webapp.services.runs import runs_waiting

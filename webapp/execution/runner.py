@@ -24,7 +24,7 @@ from django.db import DatabaseError, close_old_connections
 from pydantic import ValidationError
 
 from training.config import TrainerConfig
-from training.errors import TrainingError
+from training.types import TrainingError
 
 from studio.key_policy import POLICY_ENV
 from webapp.egress_policy import egress_env
@@ -60,7 +60,7 @@ APP_SECRETS = ("SECRET_KEY", "STUDIO_ENCRYPTION_KEY", "DATABASE_URL", "REDIS_URL
 def engine_env(run: Run) -> dict[str, str]:
     judge = run.judge_config
     # The engine gets no worker key but its judge's: litellm would otherwise find the provider's usual variable.
-    # A run that reports to W&B gets the deployment's W&B key too (training/trackers.py; MLflow's variables,
+    # A run that reports to W&B gets the deployment's W&B key too (training/rl/trackers.py; MLflow's variables,
     # MLFLOW_TRACKING_*, are no *_API_KEY and pass as they are).
     kept = {judge.api_key_env if judge else None,
             "WANDB_API_KEY" if "wandb" in run_trackers_chosen(config=run.config or {}) else None}

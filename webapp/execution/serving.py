@@ -20,7 +20,7 @@ from django.db import close_old_connections, connection
 from django.utils import timezone
 
 from training.config import ChatConfig, ServerConfig
-from training.external import WILDCARDS
+from training.rl.external import WILDCARDS
 
 from webapp.execution.runner import APP_SECRETS
 from webapp.models import Checkpoint, ProjectServer, Run

@@ -20,8 +20,7 @@ from typing import Any
 
 from training.config import SamplingConfig
 from training.environments import RolloutConfig, get_environment, parse_options
-from training.episodes import first_side
-from training.types import Scenario
+from training.types import Scenario, first_side
 from webapp.execution.streamed_completion import StreamedCompletion, assistant_message
 
 _out = threading.Lock()
@@ -104,7 +103,7 @@ async def main(spec: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
-    from training.process_guard import hide_environment
+    from training.environments.process_guard import hide_environment
 
     hide_environment()  # the MCP header values in its environment: never readable by the tools it starts
     try:

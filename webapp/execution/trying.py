@@ -1,7 +1,8 @@
 """Runs one Try it session on a worker (issue 37): waits for the project's inference server (started by the
 request, on a `serve` worker), loads the chosen checkpoints into it by name, and rolls the agent's environment
 out once per column in a child process (try_child.py: the agent's tools start there, never in the web process),
-storing each turn on the session as it arrives. An entry point: the Celery task `try_execute_task` (queue
+storing each turn on the session as it arrives and telling the pages showing it (live/try_channel.py: every
+update below is followed by `try_session_publish`). An entry point: the Celery task `try_execute_task` (queue
 `judge`) or the embedded executor's `try` pool."""
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from django.db import close_old_connections
 from django.utils import timezone
 
 from webapp.execution.serving import serving_env
+from webapp.live.try_channel import try_session_publish
 from webapp.models import Checkpoint, ProjectServer, TrySession
 from webapp.services.mcp_servers import mcp_agent_environment_options, mcp_agent_run_secrets, run_secrets_environment
 from webapp.services.serving import project_server_touch, project_server_wait, serving_adapters_load
@@ -36,14 +38,22 @@ def try_judge(*, session_id: int) -> str:
 def _fail(session_id: int, error: str) -> str:
     TrySession.objects.filter(pk=session_id).update(status=Status.FAILED, error=storable(error)[:5000],
                                                     finished_at=timezone.now())
+    try_session_publish(session_id=session_id)
     return Status.FAILED
 
 
 def _wait_ready(session: TrySession) -> ProjectServer | str:
     """The ready server, or why it will not be."""
-    return project_server_wait(
-        server_id=session.server_id, poll_s=POLL_S,
-        beat=lambda: TrySession.objects.filter(pk=session.pk).update(heartbeat_at=timezone.now()))
+    told = time.monotonic()
+
+    def beat() -> None:
+        nonlocal told
+        TrySession.objects.filter(pk=session.pk).update(heartbeat_at=timezone.now())
+        if time.monotonic() - told >= 1.0:  # the page says for how long the server has been starting
+            told = time.monotonic()
+            try_session_publish(session_id=session.pk)
+
+    return project_server_wait(server_id=session.server_id, poll_s=POLL_S, beat=beat)
 
 
 def _spec(session: TrySession, server: ProjectServer) -> dict:
@@ -64,6 +74,7 @@ def try_execute(*, session_id: int) -> str:
     if not TrySession.objects.filter(pk=session_id, status=Status.QUEUED).update(
             status=Status.STARTING, heartbeat_at=timezone.now()):
         return "skipped"
+    try_session_publish(session_id=session_id)
     session = TrySession.objects.select_related("agent", "scenario").get(pk=session_id)
     if session.agent is None or session.server_id is None:
         return _fail(session_id, "the agent of this session was deleted")
@@ -74,6 +85,7 @@ def try_execute(*, session_id: int) -> str:
     if not TrySession.objects.filter(pk=session_id, status=Status.STARTING).update(
             status=Status.RUNNING, server_wait_s=time.monotonic() - waited):
         return "ended"  # a person ended it while it waited (services.trying.try_end)
+    try_session_publish(session_id=session_id)
     try:
         checkpoints = Checkpoint.objects.in_bulk([c["checkpoint_id"] for c in session.columns if c["checkpoint_id"]])
         serving_adapters_load(server=server, checkpoints=[checkpoints[c["checkpoint_id"]] for c in session.columns
@@ -124,6 +136,7 @@ def _roll_out(session: TrySession, server: ProjectServer, spec: dict, env: dict[
     TrySession.objects.filter(pk=session.pk, status=Status.RUNNING).update(
         answers=storable(answers), status=Status.DONE if any(a["status"] == "done" for a in answers) else Status.FAILED,
         error=storable(failure)[:5000], finished_at=timezone.now())
+    try_session_publish(session_id=session.pk)
     close_old_connections()
     return Status.DONE
 
@@ -155,4 +168,5 @@ def _record(session: TrySession, answers: list[dict], line: bytes) -> str:
         session.first_answer_s = (timezone.now() - session.created_at).total_seconds()
         fields["first_answer_s"] = session.first_answer_s
     TrySession.objects.filter(pk=session.pk).update(**fields)
+    try_session_publish(session_id=session.pk)
     return ""

@@ -29,23 +29,60 @@ REPLAY_BATCH = 2000
 RECHECK_S = 30.0  # a missed access.changed message (Redis blip) keeps a removed user at most this long
 
 
-class RunConsumer(AsyncJsonWebsocketConsumer):
-    async def connect(self) -> None:
+class MemberSocket(AsyncJsonWebsocketConsumer):
+    """What every live socket of a project's object shares (the run page's, Try it's: try_channel.py): the user
+    is let in only as a member of the object's project, and checked again when the project's members change."""
+
+    def visible_project(self, *, user) -> int | None:
+        """The project of this socket's object, when `user` may see it; None otherwise (no such object)."""
+        raise NotImplementedError
+
+    async def admit(self) -> bool:
+        """Joins the project's group (access changes) and returns True; or refuses the socket.
+        Refusals accept the handshake and close at once with a code that says why (4401 not logged in, 4404 no
+        such object for this user: the 404 of the pages and the API). Closing before accepting would make the
+        server answer the handshake with HTTP 403, and a browser then sees only close code 1006."""
         user = self.scope.get("user")
-        self.run_id = int(self.scope["url_route"]["kwargs"]["run_id"])
-        # Refusals accept the handshake and close at once with a code that says why (4401 not logged in, 4404 no
-        # such run for this user: the 404 of the pages and the API). Closing before accepting would make the
-        # server answer the handshake with HTTP 403, and a browser then sees only close code 1006.
-        if user is None or not user.is_authenticated:
+        project_id = None
+        if user is not None and user.is_authenticated:
+            project_id = await database_sync_to_async(self.visible_project)(user=user)
+        if project_id is None:
             await self.accept()
-            await self.close(code=4401)
-            return
-        if not await database_sync_to_async(access.run_visible)(user=user, run_id=self.run_id):
-            await self.accept()
-            await self.close(code=4404)
-            return
-        self.project_id = await database_sync_to_async(access.run_project_id)(run_id=self.run_id)
+            await self.close(code=4401 if user is None or not user.is_authenticated else 4404)
+            return False
+        self.project_id = project_id
         self.checked_at = time.monotonic()
+        await self.channel_layer.group_add(project_group(self.project_id), self.channel_name)
+        return True
+
+    async def disconnect(self, code: int) -> None:
+        if hasattr(self, "project_id"):
+            self.stop_streaming()
+            await self.channel_layer.group_discard(project_group(self.project_id), self.channel_name)
+
+    def stop_streaming(self) -> None:
+        """Stops what the socket sends (called once access is lost, and when it closes)."""
+
+    async def access_changed(self, message: dict) -> None:
+        await self.still_allowed()
+
+    async def still_allowed(self) -> bool:
+        self.checked_at = time.monotonic()
+        if await database_sync_to_async(self.visible_project)(user=self.scope["user"]) is not None:
+            return True
+        self.stop_streaming()  # nothing more reaches a socket that lost access, even before it is gone
+        await self.close(code=4403)
+        return False
+
+
+class RunConsumer(MemberSocket):
+    def visible_project(self, *, user) -> int | None:
+        return access.run_project_id(run_id=self.run_id) if access.run_visible(user=user, run_id=self.run_id) else None
+
+    async def connect(self) -> None:
+        self.run_id = int(self.scope["url_route"]["kwargs"]["run_id"])
+        if not await self.admit():
+            return
         self.last_sent = _after(self.scope.get("query_string", b""))
         self._pending: list[Frame] = []
         self._wake = asyncio.Event()
@@ -53,18 +90,14 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         self._fanout = run_fanout(self.channel_layer)
         # Join before reading the backlog: an event committed in between arrives twice at worst, and
         # `last_sent` drops the duplicate; joining after would lose it.
-        await self.channel_layer.group_add(project_group(self.project_id), self.channel_name)
         await self._fanout.join(self.run_id, self._deliver)
         await self.accept()
         await self._replay()
         self._flusher = asyncio.create_task(self._flush_loop())
 
-    async def disconnect(self, code: int) -> None:
-        if hasattr(self, "_fanout"):
-            self._stop_streaming()
-            await self.channel_layer.group_discard(project_group(self.project_id), self.channel_name)
-
-    def _stop_streaming(self) -> None:
+    def stop_streaming(self) -> None:
+        if not hasattr(self, "_fanout"):
+            return
         self._fanout.leave(self.run_id, self._deliver)
         if hasattr(self, "_flusher") and self._flusher is not asyncio.current_task():
             self._flusher.cancel()
@@ -103,7 +136,7 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
             frames, self._pending = self._pending, []
             if not frames:
                 continue
-            if time.monotonic() - self.checked_at > RECHECK_S and not await self._still_allowed():
+            if time.monotonic() - self.checked_at > RECHECK_S and not await self.still_allowed():
                 return
             if frames[0].first > self.last_sent + 1:
                 await self._replay()  # an event was lost in transit (Redis blip, full channel): from the DB
@@ -113,17 +146,6 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
                     await self.send(text_data=frames[0].text)  # the window's frame, shared by every socket
                 else:
                     await self._send([m for f in frames for m in f.events])
-
-    async def access_changed(self, message: dict) -> None:
-        await self._still_allowed()
-
-    async def _still_allowed(self) -> bool:
-        self.checked_at = time.monotonic()
-        if await database_sync_to_async(access.run_visible)(user=self.scope["user"], run_id=self.run_id):
-            return True
-        self._stop_streaming()  # nothing more reaches a socket that lost access, even before it is gone
-        await self.close(code=4403)
-        return False
 
 
 def _after(query_string: bytes) -> int:

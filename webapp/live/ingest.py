@@ -26,7 +26,7 @@ from webapp.live.publish import publish
 from webapp.models import Checkpoint, JudgeCall, Run, RunEvent, RunStatus, Scenario, Step, Trajectory, TrajectoryGroup
 from webapp.models.runs import ACTIVE_STATUSES
 from webapp.notifications.events import run_event_notify
-from webapp.review_state import PAUSING, held_phase
+from webapp.review_state import PAUSING, held_phase, paused_before_review_phase
 from webapp.run_policy import text_for_people, worker_paths
 from webapp.storable import storable
 
@@ -146,7 +146,7 @@ def _on_run_started(run: Run, e: dict[str, Any]) -> dict[str, Any]:
 
 def _on_model_download(run: Run, e: dict[str, Any]) -> dict[str, Any]:
     """The worker fetching the run's hub model before the engine starts (webapp/execution/model_fetch.py)."""
-    from training.hub import size_text
+    from training.model.hub import size_text
 
     model, state = str(e.get("model") or "")[:200], str(e.get("state") or "")
     done, total = _count(e.get("done")) or 0, _count(e.get("total")) or 0
@@ -158,7 +158,7 @@ def _on_model_download(run: Run, e: dict[str, Any]) -> dict[str, Any]:
 
 
 def _on_memory_planned(run: Run, e: dict[str, Any]) -> dict[str, Any]:
-    """How the engine shares the GPUs between vLLM and the trainer (training/memory_plan.py): shown on the run
+    """How the engine shares the GPUs between vLLM and the trainer (training/gpu/memory_plan.py): shown on the run
     page from this event (webapp/selectors/runs.py)."""
     sharing, reason = str(e.get("sharing") or ""), str(e.get("reason") or "")
     _set_phase(run, f"GPU sharing: {sharing}")
@@ -295,7 +295,7 @@ def _on_review_requested(run: Run, e: dict[str, Any]) -> dict[str, Any]:
         # engine holds the step at its review (the runner releases a gated step only once approved), and Resume
         # opens the review (services.runs.run_resume).
         if held_phase(run, step=step, trained=False):
-            _set_phase(run, f"paused before step {step}'s review: Resume opens it", status=run.status)
+            _set_phase(run, paused_before_review_phase(step), status=run.status)
     elif run.review_gate and run.status == RunStatus.RUNNING:
         _set_phase(run, f"step {step}: waiting for review", status=RunStatus.AWAITING_REVIEW)
     elif not run.review_gate:

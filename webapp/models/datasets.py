@@ -2,7 +2,7 @@
 
 A version is immutable (its rows never change): an upload, accepted distillation drafts or an edit make the next
 version, and a run names the version it trained on, so what a run shows and resumes with never moves (DESIGN
-§8 invariant 1). Rows are the OpenAI chat format as training/sft_data.py validates it.
+§8 invariant 1). Rows are the OpenAI chat format as training/sft/data.py validates it.
 
 Stored data is shared, not copied (DESIGN §8 invariant 8): a row is stored once, by the version that added it
 (`DatasetRow.version`), at its position in every version that holds it (`index`). An appended version stores

@@ -66,7 +66,7 @@ class ExternalGroup(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="external_groups")
     step = models.PositiveIntegerField()
     group_index = models.PositiveIntegerField()
-    trajectories = models.JSONField(default=list)  # training.external.assemble_trajectory's dicts
+    trajectories = models.JSONField(default=list)  # training.rl.external.assemble_trajectory's dicts
     submitted_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL,
                                      related_name="+")
     token = models.ForeignKey(ProjectToken, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")

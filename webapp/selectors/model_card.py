@@ -34,8 +34,8 @@ def scenario_split(config: dict[str, Any]) -> tuple[int, int]:
     """(training scenarios, held-out scenarios) as the engine splits the stored config's scenarios: the held-out
     ids and fraction of its `evaluation`, seeded as the run was. An SFT run trains on none of them."""
     from training.config import parse_run_config
-    from training.evaluation import split_scenarios
-    from training.scenarios import load_scenarios
+    from training.rl.evaluation import split_scenarios
+    from training.environments.scenarios import load_scenarios
 
     parsed = parse_run_config(config)
     scenarios = load_scenarios(parsed) if parsed.scenarios else []
@@ -48,7 +48,7 @@ def scenario_split(config: dict[str, Any]) -> tuple[int, int]:
 def conversation_split(run: Run) -> tuple[int, int]:
     """(conversations trained on, held out) of an SFT run's dataset version, split as its engine splits them
     (the same parser and seeded split, over the same JSONL the worker writes)."""
-    from training.sft_data import parse_jsonl, split_held_out
+    from training.sft.data import parse_jsonl, split_held_out
     from webapp.selectors.datasets import dataset_version_jsonl
 
     conversations, _ = parse_jsonl("".join(dataset_version_jsonl(version=run.dataset_version)).encode())

@@ -1,5 +1,5 @@
 """How much of the model's context an agent's prompt takes, for the agent form's warning and the launch check:
-the web side of training.prompt_budget (the count itself is the engine's, pure). An `mcp` agent's tools are its
+the web side of training.model.prompt_budget (the count itself is the engine's, pure). An `mcp` agent's tools are its
 server's, as the last "test connection" listed them."""
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ def agent_tools(*, project: Project, environment_kind: str, environment_options:
     if environment_kind == "mcp":
         server = McpServer.objects.filter(project=project, pk=mcp_server_id).first() if mcp_server_id else None
         return (list(server.tools), True) if server is not None and server.tools_listed_at else (None, False)
-    from training.prompt_budget import environment_tools
+    from training.model.prompt_budget import environment_tools
 
     try:
         return environment_tools(environment_kind, environment_options), True
@@ -44,8 +44,8 @@ def agent_prompt_budget(*, project: Project, base_model: str, system_prompt: str
                         max_tokens: int) -> dict[str, Any]:
     """{"budget": the prompt without a scenario, "error": why it cannot be counted, "tools_known",
     "sets": per scenario set of the project, its longest scenario's budget and whether it fits}."""
-    from training.preflight import model_counter
-    from training.prompt_budget import prompt_budget
+    from training.model.preflight import model_counter
+    from training.model.prompt_budget import prompt_budget
 
     tools, known = agent_tools(project=project, environment_kind=environment_kind,
                                environment_options=environment_options, mcp_server_id=mcp_server_id)

@@ -68,7 +68,7 @@ def checkpoints_retained(*, run: Run) -> Retention:
 
 
 def _resume_point(rows: list[Checkpoint]) -> int | None:
-    """The newest step whose directory holds the optimizer state (training/checkpoints.py: every
+    """The newest step whose directory holds the optimizer state (training/model/checkpoints.py: every
     checkpoint_every steps and whenever a run stops); a resume takes the adapter of the newest step and this."""
     for c in reversed(rows):
         if c.path and (Path(c.path) / "optimizer.pt").is_file():

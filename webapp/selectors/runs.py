@@ -153,10 +153,10 @@ def _fork_origin(run: Run) -> str | None:
 
 def _scenario_split(config: dict[str, Any]) -> tuple[list[str], list[str]]:
     """The ids the run trains on and those it holds out for evaluation, split as the engine splits them."""
-    from training.checks import split_for_run
+    from training.rl.checks import split_for_run
     from training.config import parse_run_config
-    from training.errors import TrainingError
-    from training.scenarios import load_scenarios
+    from training.types import TrainingError
+    from training.environments.scenarios import load_scenarios
 
     try:
         parsed = parse_run_config(config)

@@ -1,5 +1,5 @@
 """Does each uploaded conversation fit the model it will train? Counted at upload with the chosen model's
-tokenizer and chat template (training.chat_format.conversation_tokens), against the context the deployment's
+tokenizer and chat template (training.model.chat_format.conversation_tokens), against the context the deployment's
 catalogue gives for it (or its config's): a conversation longer than that cannot be trained by any setting, so it
 is refused by its line with the limit and what to do, instead of failing the run later."""
 from __future__ import annotations
@@ -16,8 +16,8 @@ def conversations_over_context(*, model: str, conversations: list[Any], places: 
     """(problems, one per conversation over the model's context, naming its place: "line 3" of an upload,
     "conversation 3" of a version; a note saying what was checked). A model the web process cannot read (e.g.
     only the workers hold it) is not counted, and the note says so."""
-    from training.chat_format import conversation_tokens
-    from training.preflight import model_counter
+    from training.model.chat_format import conversation_tokens
+    from training.model.preflight import model_counter
 
     try:  # a name of the deployment's catalogue only, never a directory from the form
         resolved = resolve_base_model(model)

@@ -1,7 +1,10 @@
 """Writes to datasets: create one, add a version from an upload (checked row by row: one bad row and nothing
 is stored) or from rows the app produced (accepted distillation drafts). An appended version stores only its
 new rows (the earlier ones are shared through its base, webapp/models/datasets.py), and every version is
-counted against the project's limits (webapp/limits.py) before anything is stored."""
+counted against the project's limits (webapp/limits.py) before anything is stored.
+The feature starts here; its parts: services/dataset_fit.py, dataset_forms.py, views/datasets.py,
+selectors/datasets.py, models/datasets.py, api/dataset_views.py and dataset_serializers.py (docs/webapp.md).
+"""
 from __future__ import annotations
 
 import json
@@ -39,7 +42,7 @@ def dataset_upload(*, user, dataset: Dataset, file_name: str, data: bytes, mode:
     """A new version from a JSONL upload: the latest version's rows and the file's (`append`), or the file's
     alone (`replace`). Any bad row refuses the whole file, each problem listed by line and field. `model` (a
     catalogue name): each conversation is counted with its tokenizer and must fit its context."""
-    from training.sft_data import parse_jsonl
+    from training.sft.data import parse_jsonl
 
     require_role(user=user, project=dataset.project, role=Role.EDITOR)
     if mode not in UPLOAD_MODES:
@@ -47,7 +50,7 @@ def dataset_upload(*, user, dataset: Dataset, file_name: str, data: bytes, mode:
     if len(data) > settings.STUDIO_MAX_UPLOAD_BYTES:
         raise ValidationError({"file": [f"the file is larger than {settings.STUDIO_MAX_UPLOAD_BYTES:,} bytes; "
                                         "split it into several uploads (append)"]})
-    # parse_jsonl refuses a line nested deeper than training.sft_data.MAX_DEPTH, naming it, before decoding it.
+    # parse_jsonl refuses a line nested deeper than training.sft.data.MAX_DEPTH, naming it, before decoding it.
     conversations, errors = parse_jsonl(data, max_rows=settings.STUDIO_MAX_UPLOAD_ROWS,
                                         max_line_bytes=settings.STUDIO_MAX_CONVERSATION_BYTES)
     if errors:

@@ -1,5 +1,5 @@
 """Distillation with the rubric as the filter, in the web app: create the job, run it on the `judge` queue (a
-teacher configured like a judge answers, the judge ranks, training/distill.py chooses), review its drafts (edit,
+teacher configured like a judge answers, the judge ranks, training/sft/distill.py chooses), review its drafts (edit,
 drop, restore) and accept them as the dataset's next version.
 
 Costs are counted and capped like a run's judge costs: the teacher's requests against the teacher's budget
@@ -9,6 +9,8 @@ never a made-up cost. Nothing here starts a process or trusts a path: the teache
 the project's judges (the administrators' key policy applies to its key as to a judge's), or a checkpoint of
 this project's runs, chosen by id and served by the project's inference server (webapp/services/serving.py) under
 its served name, never by a path or a host anyone typed.
+The feature starts here; its parts: views/distillation.py, templates/webapp/distillation_detail.html, and the
+engine's training/sft/distill.py (docs/webapp.md, "Where each feature lives").
 """
 from __future__ import annotations
 
@@ -185,7 +187,7 @@ async def _distil(job: Distillation, served: Any, model: str, beat: "_Beat") -> 
     from studio.scoring import judge_scorer_from_config
     from studio.teacher import TeacherClient
     from training.config import SamplingConfig
-    from training.distill import distil
+    from training.sft.distill import distil
     from training.environments import RolloutConfig, get_environment, parse_options
     from training.types import Scenario as EngineScenario
     from webapp.judge_budget import judge_key_budget
@@ -309,7 +311,7 @@ def distillation_cancel(*, user, distillation: Distillation) -> None:
 
 def distillation_draft_update(*, user, draft: DistillationDraft, action: str, messages: Any = None) -> None:
     """drop, restore (a dropped draft), or edit (new messages, checked as a dataset row is)."""
-    from training.sft_data import conversation_parse
+    from training.sft.data import conversation_parse
 
     job = draft.distillation
     require_role(user=user, project=job.project, role=Role.EDITOR)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from training.examples import EXAMPLES
-from webapp.model_catalogue import base_model_choices
+from training.fixtures.examples import EXAMPLES
+from webapp.model_catalogue import base_model_choices, unbuilt_model
 from webapp.models import Agent, Project, Role, Scenario, ScenarioSet
 from webapp.services.access import require_role
 from webapp.services.catalogue import agent_create, scenario_set_create
@@ -25,6 +25,17 @@ def example_base_model(*, example: str) -> str | None:
     if spec is not None and spec.model in offered:
         return spec.model
     return offered[0] if len(offered) == 1 else None
+
+
+def example_model_notes() -> list[str]:
+    """For each example's own model that this deployment lists but has not built yet: the command that builds it
+    and the examples that wait for it (their agents name it by default; a run of one is refused until it is built)."""
+    notes = []
+    for model in dict.fromkeys(e.model for e in EXAMPLES.values() if e.model):
+        if (missing := unbuilt_model(model)) is not None:
+            titles = ", ".join(e.title for e in EXAMPLES.values() if e.model == model)
+            notes.append(f"{missing}. Until then a run of these examples on it cannot launch: {titles}.")
+    return notes
 
 
 def agent_from_example(*, user, project: Project, example: str, base_model: str, scenarios: int,

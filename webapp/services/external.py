@@ -1,7 +1,10 @@
 """External rollouts (issue 21), the web app's writes: the clients that roll out for a run, the calls they
 sample through its endpoint, and the groups they submit. A submitted trajectory is checked against its recorded
-calls and built into the engine's trajectory (training.external.assemble_trajectory: the tokens that train are
-the tokens that were sampled); the runner forwards stored groups to the engine (execution/runner.py)."""
+calls and built into the engine's trajectory (training.rl.external.assemble_trajectory: the tokens that train are
+the tokens that were sampled); the runner forwards stored groups to the engine (execution/runner.py).
+The feature starts here; its parts: services/external_{request,proxy,calls,inflight,checkpoints}.py,
+selectors/external.py, models/external.py, api/external_views.py and external_serializers.py (docs/webapp.md).
+"""
 from __future__ import annotations
 
 from datetime import timedelta
@@ -12,7 +15,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from training.external import StaleModel, UnsampledTurn, assemble_trajectory, group_opening
+from training.rl.external import StaleModel, UnsampledTurn, assemble_trajectory, group_opening
 from webapp.live.ingest import run_app_event_publish
 from webapp.models import ExternalCall, ExternalClient, ExternalGroup, ExternalTrajectory, ProjectToken, Run
 from webapp.selectors.external import CONNECTED_S, rollouts_open_step

@@ -65,7 +65,7 @@ def external_call_record(*, run: Run, trajectory_key: str, step: int, messages: 
 
 
 def external_call_conversations(calls: list[ExternalCall]) -> list[dict[str, Any]]:
-    """The calls (oldest first, of one trajectory) in the shape training.external.assemble_trajectory reads, each
+    """The calls (oldest first, of one trajectory) in the shape training.rl.external.assemble_trajectory reads, each
     with every message it was sent, rebuilt from its parents."""
     sent: dict[int, list[dict[str, Any]]] = {}
     out = []

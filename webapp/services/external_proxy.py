@@ -24,7 +24,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import connection
 
-from training.external import group_opening, sse_chunks
+from training.rl.external import group_opening, sse_chunks
 from webapp.limits import limit_check
 from webapp.models import ExternalGroup, ExternalTrajectory, Run, RunEvent
 from webapp.models.runs import ACTIVE_STATUSES

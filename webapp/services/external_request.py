@@ -4,7 +4,7 @@ samples from (logit_bias, guided decoding, structured outputs, a chat template, 
 temperature...) would let text the run never samples pass as "sampled" and train with its log-probs. Anything
 not listed is a 400 naming it.
 
-Messages go out cleaned to the fields the trainer renders (training.external.clean_message), so the server samples
+Messages go out cleaned to the fields the trainer renders (training.rl.external.clean_message), so the server samples
 from exactly the prompt training rebuilds; messages and tools in the key order the database gives them back
 (`stored_order`)."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 
-from training.external import clean_message
+from training.rl.external import clean_message
 
 MAX_STOPS, MAX_STOP_CHARS, MAX_TOP_LOGPROBS = 4, 256, 5
 # Parameters a caller may send; each is checked below. `return_token_ids` only shapes the answer.

@@ -1,6 +1,6 @@
 """A guided start (issue 48): from the home page or an empty project to a launched run by clicks only.
 
-A person picks an example (training/examples.py) and a model of the deployment's catalogue; `guided_start_launch`
+A person picks an example (training/fixtures/examples.py) and a model of the deployment's catalogue; `guided_start_launch`
 creates the project (from the home page), the example's agent and the scenario set generated for it (held-out
 ones apart: services/examples.py) and launches a first run with settings made for a first run, scored by the
 example's own game or puzzle (no judge to set up). Nothing a person types reaches it but their choices among
@@ -21,7 +21,7 @@ from webapp.services.runs import run_launch
 SCENARIOS = 32  # to train on: enough that a short run sees a new board or position in most groups
 HELD_OUT = 8  # kept for the evaluation, which compares the trained agent with the base on what it never saw
 # A first run's settings: the launch form's defaults, except where an example's own model needs its recipe (the
-# tiny 2048 model learns at `make demo`'s settings, training/demo.py; at the default rate it would not move).
+# tiny 2048 model learns at `make demo`'s settings, training/fixtures/demo.py; at the default rate it would not move).
 FIRST_RUNS: dict[str, dict[str, Any]] = {
     "game_2048": {"steps": 20, "group_size": 8, "groups_per_step": 4, "learning_rate": 2e-3,
                   "overrides": {"lora": {"r": 8, "alpha": 16}, "evaluation": {"every": 5, "samples": 4}}},
@@ -38,7 +38,7 @@ def guided_start_launch(*, user, project: Project | None, example: str, base_mod
     """The first run of `example` on `base_model` (a catalogue name; "" takes the example's own model), in
     `project`, or in a new project of the user's named after the example when None. A second send of the same
     form (`launch_token`: Back, a double click) returns the first run and creates nothing."""
-    from training.examples import EXAMPLES
+    from training.fixtures.examples import EXAMPLES
 
     token = (launch_token or "")[:64]
     if token and (twin := Run.objects.filter(launch_token=token, created_by=user).first()) is not None:

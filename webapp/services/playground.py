@@ -24,7 +24,7 @@ from webapp.judge_keys import judge_key_value
 from webapp.models import JudgeConfig, Project, Rescore, Role, RubricVersion, Trajectory, TrajectoryGroup
 from webapp.selectors.rewards import explanation_for_people
 from webapp.services.access import require_role
-from webapp.services.catalogue import _clean_criteria, rubric_version_create
+from webapp.services.catalogue import _clean_criteria, rubric_create, rubric_version_create
 from webapp.services.run_config import judge_options
 from webapp.services.secrets import secret_decrypt
 from webapp.storable import storable
@@ -280,9 +280,28 @@ def _execute(rescore_id: int) -> str:
     return Rescore.Status.DONE
 
 
-def playground_save_version(*, user, rescore: Rescore, rubric=None) -> RubricVersion:
-    """Saves the candidate as a new version of its base rubric (or of `rubric`). Editors only (catalogue)."""
+def _new_rubric_name(rescore: Rescore) -> str:
+    """A name for the first rubric of what was re-scored: its agent's ("2048 moves rubric"), free in the project."""
+    agent = (TrajectoryGroup.objects.filter(pk__in=rescore.group_ids or []).order_by("-run_id")
+             .values_list("run__agent__name", flat=True).first())
+    title = f"{agent[:180]} rubric" if agent else "Rubric"
+    taken = set(rescore.project.rubrics.filter(name__startswith=title).values_list("name", flat=True))
+    return next(name for n in range(1, len(taken) + 2) if (name := title if n == 1 else f"{title} ({n})") not in taken)
+
+
+def playground_save_version(*, user, rescore: Rescore, rubric=None, new_rubric: bool = False) -> RubricVersion:
+    """Saves the candidate as a new version of its base rubric (or of `rubric`), or with `new_rubric` as the first
+    version of a new rubric: a run scored by its game alone (the guided start's) has no rubric to edit, and a
+    newcomer must not have to write one in another form first. Editors only (catalogue)."""
     rubric = rubric or (rescore.base_version.rubric if rescore.base_version else None)
+    if rubric is None and new_rubric:
+        with transaction.atomic():
+            made = rubric_create(user=user, project=rescore.project, name=_new_rubric_name(rescore),
+                                 text=rescore.rubric_text, criteria=rescore.criteria)
+            version = made.versions.get()
+            Rescore.objects.filter(pk=rescore.pk).update(saved_version=version)
+        rescore.saved_version = version
+        return version
     if rubric is None:
         raise ValidationError({"rubric": ["choose the rubric to save this text as a new version of"]})
     if rubric.project_id != rescore.project_id:

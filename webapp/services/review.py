@@ -77,6 +77,12 @@ def trajectory_override(*, user, trajectory: Trajectory, score: float | None, re
         if score is None and trajectory.override_score is None:
             raise ValidationError({"score": ["there is no override to remove"]})
         kind = ScoreOverride.Kind.CLEAR if score is None else ScoreOverride.Kind.SCORE
+        # The same override sent again (a double click on Override, Back and send) changes nothing: the audit
+        # keeps one entry, not two identical ones.
+        last = trajectory.overrides.order_by("-id").first()
+        if (last is not None and score is not None and score == trajectory.override_score == last.after
+                and (last.kind, last.reason, last.user_id) == (kind, reason, getattr(user, "id", None))):
+            return last
         override = _set(user=user, run=locked, trajectory=trajectory, after=score, kind=kind, reason=reason)
         group_follow_effective(trajectory.group, locked)
         run_override_publish(run_id=run.id, group_id=trajectory.group_id, step=trajectory.group.step_index)

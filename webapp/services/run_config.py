@@ -101,7 +101,7 @@ def run_config_build(*, name: str, agent: Agent, scenario_set: ScenarioSet | Non
         "name": config_name(name),
         "base_model": model.source if model else "",
         "base_model_name": model.name if model else None,
-        # The catalogue names the chat family of a model whose template is not recognised (training/chat_templates).
+        # The catalogue names the chat family of a model whose template is not recognised (training/model/chat_templates).
         "chat": {"family": model.chat_template} if model and model.chat_template else {},
         "system_prompt": agent.system_prompt,
         "scenarios": scenarios,
@@ -179,10 +179,10 @@ def _refuse_worker_code(config: Any) -> None:
 
 
 def run_model_problems(*, config: dict[str, Any], tools: list[dict[str, Any]] | None = None) -> list[str]:
-    """training.preflight on a built run config: the base model exists, loads and fits (its prompt and answers
+    """training.model.preflight on a built run config: the base model exists, loads and fits (its prompt and answers
     too), in plain sentences. `tools`: an mcp agent's tools as last listed (the config names only the server)."""
     from training.config import parse_run_config
-    from training.preflight import preflight
+    from training.model.preflight import preflight
 
     return preflight(parse_run_config(config), tools=tools)
 
@@ -190,7 +190,7 @@ def run_model_problems(*, config: dict[str, Any], tools: list[dict[str, Any]] | 
 def _launch_model_problems(*, config: dict[str, Any], tools: list[dict[str, Any]] | None) -> list[str]:
     """run_model_problems at launch. A hub model the workers fetch (webapp/execution/model_fetch.py) is checked
     in their shared cache when it is there already; when it is not, the worker checks it after fetching it."""
-    from training.hub import cached_snapshot
+    from training.model.hub import cached_snapshot
     from webapp.execution.model_fetch import hub_model
 
     if (repo_id := hub_model(config)) is None:
@@ -202,14 +202,14 @@ def _launch_model_problems(*, config: dict[str, Any], tools: list[dict[str, Any]
 
 
 def _named(problems: list[str], config: dict[str, Any]) -> list[str]:
-    """The launch page names a catalogue model by its catalogue name, never the worker's path to it; the demo's
-    tiny model, when it is not built yet, says how to build it."""
-    from webapp.model_catalogue import TINY_MODEL
+    """The launch page names a catalogue model by its catalogue name, never the worker's path to it; a shipped
+    tiny model (the demo's, the games'), when it is not built yet, says how to build it."""
+    from webapp.model_catalogue import BUILD_HINTS
 
     name, path = config.get("base_model_name"), str(config.get("base_model") or "")
     if not name or not path:
         return problems
-    hint = "; `make demo` builds it" if name == TINY_MODEL else ""
+    hint = f"; {BUILD_HINTS[name]}" if name in BUILD_HINTS else ""
     return [p.replace(path, name) + (hint if "no such directory" in p else "") for p in problems]
 
 

@@ -23,7 +23,7 @@ from webapp.queue_policy import claim_order, project_capped, queue_read
 from webapp.models import (Agent, Checkpoint, DatasetVersion, JudgeConfig, Project, Role, RubricVersion, Run,
                            RunStatus, ScenarioSet)
 from webapp.models.runs import ACTIVE_STATUSES, PARKED
-from webapp.review_state import pause_phase
+from webapp.review_state import OPENS_REVIEW, pause_phase
 from webapp.run_policy import text_for_people, worker_paths
 from webapp.selectors.prompt_budget import launch_tools
 from webapp.selectors.review import run_review_waiting_step
@@ -270,7 +270,7 @@ def run_park(*, run_id: int, worker: str) -> bool:
         # not train is open to review again, so a human score given meanwhile is not called a label.
         Run.objects.filter(pk=run_id, reviewed_through_step__gt=step or 0).update(reviewed_through_step=step or 0)
         if run.status == RunStatus.PAUSED:
-            reason = run.phase if run.phase.startswith("paused") else "paused"
+            reason = run.phase.removesuffix(OPENS_REVIEW) if run.phase.startswith("paused") else "paused"
             note = f"; its engine stopped to let a queued run use the worker: resume continues {where}"
             # A person's pause wins over a judge outage's own retry: it waits for Resume.
             Run.objects.filter(pk=run_id).update(worker=PARKED, phase=(reason[:200 - len(note)] + note)[:200],

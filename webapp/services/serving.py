@@ -5,6 +5,9 @@ worker, or the embedded executor's child process; never in the web process) and 
 holds it (webapp/execution/serving.py) stops it after STUDIO_SERVE_IDLE_S without use. Adapters are loaded into it
 by name from the checkpoint rows (never from a path anyone typed), least recently used unloaded first beyond
 STUDIO_EXTERNAL_MAX_LOADED_CHECKPOINTS, with the bookkeeping the run's endpoint uses (external_checkpoints.py).
+The feature starts here; its parts: server_caps.py (what the deployment admits), services/serving_proxy.py,
+execution/serving.py, selectors/serving.py, models/serving.py, api/serving_views.py (docs/webapp.md, "Where each
+feature lives").
 """
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from django.core.exceptions import ValidationError
 from webapp.models import Project, Run
 from webapp.models.datasets import DatasetVersion
 
-# The launch's SFT choices (training/sft_config.py documents each); anything else is refused by name.
+# The launch's SFT choices (training/config/sft.py documents each); anything else is refused by name.
 SFT_FIELDS = ("epochs", "max_steps", "batch_tokens", "micro_batch_tokens", "learning_rate", "warmup_ratio",
               "schedule", "min_lr_ratio", "weight_decay", "max_grad_norm", "held_out_fraction", "eval_every",
               "save_every")
@@ -30,7 +30,7 @@ def sft_options_check(*, sft: dict[str, Any]) -> dict[str, Any]:
     from pydantic import ValidationError as OptionsError
 
     from training.config import describe_validation_error
-    from training.sft_config import SFTOptions
+    from training.config.sft import SFTOptions
 
     unknown = sorted(set(sft) - set(SFT_FIELDS))
     if unknown:
@@ -80,7 +80,7 @@ def sft_run_config(*, config: dict[str, Any], project: Project, dataset_version:
 def _conversations_fit(*, dataset_version: DatasetVersion, model: str) -> None:
     """As GRPO's launch refuses a scenario the model's context cannot hold: every conversation of the version
     must fit the model it will train (one checked at upload against another model may not)."""
-    from training.sft_data import parse_jsonl
+    from training.sft.data import parse_jsonl
     from webapp.selectors.datasets import dataset_version_jsonl
     from webapp.services.dataset_fit import conversations_over_context
 

@@ -5,6 +5,8 @@ the answers as one group, keep a conversation as a scenario.
 scenarios: never a path or a model name typed in), asks for the project's inference server and queues the
 rollouts (webapp/execution/trying.py, on the `judge` queue or the embedded executor). `try_judge_request` /
 `try_judge_execute` score the answers with a rubric version and a judge, as the playground and runs do.
+The feature starts here; its parts: try_forms.py, views/trying.py, execution/trying.py and try_child.py,
+live/try_channel.py (the page's websocket), templates/webapp/try*.html, static/webapp/try.js (docs/webapp.md).
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from django.utils import timezone
 
 from training.types import trajectory_label
 from webapp.execution.dispatch import TRY_EXECUTE, TRY_JUDGE, work_enqueue
+from webapp.live.try_channel import try_session_publish
 from webapp.model_catalogue import BaseModelChoiceError, resolve_base_model
 from webapp.models import Agent, Checkpoint, JudgeConfig, Project, Role, RubricVersion, Scenario, ScenarioSet, TrySession
 from webapp.selectors.rewards import explanation_for_people
@@ -102,8 +105,10 @@ def try_end(*, user, session: TrySession) -> bool:
     place under the Try it caps (webapp/server_caps.py). Editors of its project; False when it had ended."""
     require_role(user=user, project=session.project, role=Role.EDITOR)
     active = (TrySession.Status.QUEUED, TrySession.Status.STARTING, TrySession.Status.RUNNING)
-    return bool(TrySession.objects.filter(pk=session.pk, status__in=active).update(
+    ended = bool(TrySession.objects.filter(pk=session.pk, status__in=active).update(
         status=TrySession.Status.FAILED, error=f"{ENDED}{user.get_username()}"[:5000], finished_at=timezone.now()))
+    try_session_publish(session_id=session.pk)
+    return ended
 
 
 def try_judge_request(*, user, session: TrySession, rubric_version: RubricVersion, judge_config: JudgeConfig) -> None:
@@ -126,6 +131,7 @@ def try_judge_request(*, user, session: TrySession, rubric_version: RubricVersio
             judge_status=TrySession.JudgeStatus.QUEUED, rubric_version=rubric_version, judge_config=judge_config,
             judge_results=[], judge_error="")
         transaction.on_commit(lambda: work_enqueue(name=TRY_JUDGE, object_id=session.pk))
+        try_session_publish(session_id=session.pk)
 
 
 def try_judge_execute(*, session_id: int) -> str:
@@ -141,6 +147,7 @@ def try_judge_execute(*, session_id: int) -> str:
     if not TrySession.objects.filter(pk=session_id, judge_status=TrySession.JudgeStatus.QUEUED).update(
             judge_status=TrySession.JudgeStatus.RUNNING):
         return "skipped"
+    try_session_publish(session_id=session_id)
     session = TrySession.objects.select_related("judge_config", "rubric_version").get(pk=session_id)
     judge, version = session.judge_config, session.rubric_version
     answered = [i for i, a in enumerate(session.answers) if a.get("status") == "done"]
@@ -158,6 +165,7 @@ def try_judge_execute(*, session_id: int) -> str:
     except Exception as err:  # noqa: BLE001 - shown on the page, never dropped
         TrySession.objects.filter(pk=session_id).update(judge_status=TrySession.JudgeStatus.FAILED,
                                                         judge_error=storable(f"{type(err).__name__}: {err}"))
+        try_session_publish(session_id=session_id)
         return TrySession.JudgeStatus.FAILED
     calls = group.judge_report.calls if group.judge_report is not None else []
     members = [SimpleNamespace(index=i, messages=session.answers[i]["messages"]) for i in answered]
@@ -171,6 +179,7 @@ def try_judge_execute(*, session_id: int) -> str:
                                                             calls=calls)}
     TrySession.objects.filter(pk=session_id).update(judge_status=TrySession.JudgeStatus.DONE,
                                                     judge_results=storable(results))
+    try_session_publish(session_id=session_id)
     return TrySession.JudgeStatus.DONE
 
 

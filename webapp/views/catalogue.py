@@ -28,6 +28,18 @@ def _editor_project(request: HttpRequest, project_id: int):
     return access.project_get(user=request.user, project_id=project_id, role=Role.EDITOR)
 
 
+def _create_page(request: HttpRequest, project_id: int, form_class, create, title: str, then) -> HttpResponse:
+    """A catalogue object's plain "New …" page: an editor's form, its service `create(user=, project=, **fields)`,
+    then `then(made)`, the redirect. (The agent's and the judge's pages say more, so they stand on their own.)"""
+    project = _editor_project(request, project_id)
+    form = form_class(request.POST or None)
+
+    def save(data):
+        return then(create(user=request.user, project=project, **data))
+
+    return handle_form(request, form, save, FORM_PAGE, {"project": project, "title": title})
+
+
 @login_required
 def agent_create(request: HttpRequest, project_id: int) -> HttpResponse:
     project = _editor_project(request, project_id)
@@ -45,6 +57,7 @@ def agent_create(request: HttpRequest, project_id: int) -> HttpResponse:
 @login_required
 def agent_from_example(request: HttpRequest, project_id: int) -> HttpResponse:
     from webapp.services.examples import agent_from_example as create
+    from webapp.services.examples import example_model_notes
 
     project = _editor_project(request, project_id)
     form = ExampleAgentForm(request.POST or None)
@@ -58,7 +71,8 @@ def agent_from_example(request: HttpRequest, project_id: int) -> HttpResponse:
 
     return handle_form(request, form, save, FORM_PAGE, {
         "project": project, "title": "New agent from an example",
-        "note": "The example's agent and a scenario set generated for it (docs/examples.md)."})
+        "note": " ".join(["The example's agent and a scenario set generated for it (docs/examples.md).",
+                          *example_model_notes()])})
 
 
 @login_required
@@ -107,14 +121,8 @@ def agent_prompt_budget(request: HttpRequest, project_id: int) -> HttpResponse:
 
 @login_required
 def scenario_set_create(request: HttpRequest, project_id: int) -> HttpResponse:
-    project = _editor_project(request, project_id)
-    form = ScenarioSetForm(request.POST or None)
-
-    def save(data):
-        scenario_set = svc.scenario_set_create(user=request.user, project=project, **data)
-        return redirect("scenario-set-detail", scenario_set_id=scenario_set.id)
-
-    return handle_form(request, form, save, FORM_PAGE, {"project": project, "title": "New scenario set"})
+    return _create_page(request, project_id, ScenarioSetForm, svc.scenario_set_create, "New scenario set",
+                        lambda made: redirect("scenario-set-detail", scenario_set_id=made.id))
 
 
 @login_required
@@ -182,14 +190,8 @@ def scenario_edit(request: HttpRequest, scenario_id: int) -> HttpResponse:
 
 @login_required
 def rubric_create(request: HttpRequest, project_id: int) -> HttpResponse:
-    project = _editor_project(request, project_id)
-    form = RubricForm(request.POST or None)
-
-    def save(data):
-        rubric = svc.rubric_create(user=request.user, project=project, **data)
-        return redirect("rubric-detail", rubric_id=rubric.id)
-
-    return handle_form(request, form, save, FORM_PAGE, {"project": project, "title": "New rubric"})
+    return _create_page(request, project_id, RubricForm, svc.rubric_create, "New rubric",
+                        lambda made: redirect("rubric-detail", rubric_id=made.id))
 
 
 @login_required

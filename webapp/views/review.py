@@ -238,7 +238,8 @@ def playground_save(request: HttpRequest, rescore_id: int) -> HttpResponse:
     if request.POST.get("rubric", "").isdigit():
         rubric = rescore.project.rubrics.filter(pk=whole_number(request.POST["rubric"], name="rubric")).first()
     try:
-        version = playground_services.playground_save_version(user=request.user, rescore=rescore, rubric=rubric)
+        version = playground_services.playground_save_version(user=request.user, rescore=rescore, rubric=rubric,
+                                                              new_rubric=request.POST.get("rubric") == "new")
         messages.success(request, f"saved as {version}")
     except ValidationError as err:
         messages.error(request, " ".join(err.messages))

@@ -1,6 +1,7 @@
 """Try it pages (issue 37): ask the base and checkpoints side by side, judge the answers, keep one as a scenario.
-The session page re-renders from the database while it is live (htmx polling of the same template), so what it
-shows live is what a reload shows."""
+While a session is live its view comes over the page's socket (webapp/live/try_channel.py, issue 48), rendered
+from the same context and template as this page, so what it shows live is what a reload shows; htmx polling of
+the same template stands in while the socket is closed."""
 from __future__ import annotations
 
 from django.contrib import messages
@@ -22,7 +23,11 @@ from webapp.views.common import handle_form
 
 
 def _roles(request: HttpRequest, project) -> dict:
-    role = access.project_role(user=request.user, project=project)
+    return _user_roles(request.user, project)
+
+
+def _user_roles(user, project) -> dict:
+    role = access.project_role(user=user, project=project)
     return {"can_edit": role == Role.EDITOR, "can_review": role in (Role.REVIEWER, Role.EDITOR)}
 
 
@@ -54,11 +59,17 @@ def try_page(request: HttpRequest, project_id: int) -> HttpResponse:
 
 
 def _session_context(request: HttpRequest, session: TrySession, **forms) -> dict:
+    return try_session_context(user=request.user, session=session, **forms)
+
+
+def try_session_context(*, user, session: TrySession, **forms) -> dict:
+    """What the session view is rendered from: by this page, and by its live socket (webapp/live/try_channel.py),
+    so what the page shows live is what a reload shows."""
     project = session.project
     return {"session": session, "project": project, "view": try_session_view(session=session),
             "judge_form": forms.get("judge_form") or TryJudgeForm(project=project, initial={
                 "rubric_version": session.rubric_version_id, "judge_config": session.judge_config_id}),
-            "save_form": forms.get("save_form") or TrySaveForm(project=project), **_roles(request, project)}
+            "save_form": forms.get("save_form") or TrySaveForm(project=project), **_user_roles(user, project)}
 
 
 @login_required

@@ -76,8 +76,8 @@ class Command(BaseCommand):
 
     def handle(self, *args, steps: int, host: str, port: int, model_dir: str, serve: bool, new_password: bool,
                **options):
-        from training.demo import demo_config
-        from training.tiny_model import ensure_tiny_model
+        from training.fixtures.demo import demo_config
+        from training.fixtures.tiny_model import ensure_tiny_model
 
         model_name = self._check_settings(Path(model_dir))
         call_command("migrate", verbosity=0, interactive=False)

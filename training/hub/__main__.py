@@ -1,8 +1,0 @@
-"""`python -m training.hub OWNER/NAME --cache-dir DIR --endpoint URL`: fetch.py's command (its docstring)."""
-from __future__ import annotations
-
-import sys
-
-from training.hub.fetch import main
-
-sys.exit(main())
