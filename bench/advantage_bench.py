@@ -16,9 +16,9 @@ import statistics
 import sys
 from pathlib import Path
 
+from training import run
 from training.fixtures.demo import demo_config
 from training.fixtures.tiny_model import ensure_tiny_model
-from training.rl.loop import run
 from training.types import Score, TrajectoryGroup
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -2,8 +2,8 @@
 
     python -m bench.eval_calibration [--seeds 20] [--held-out 24] [--samples 4]
 
-The real evaluation path (`training.rl.evaluation.Evaluator`) on the offline demo's task: the tiny model (built under
-var/tiny-model when missing) on the run's inference server, both sides the base model, scored as the demo scores
+The real evaluation path (`training.monitoring.evaluation.Evaluator`) on the offline demo's task: the tiny model
+(built under var/tiny-model when missing) on the run's inference server, both sides the base model, scored as the demo scores
 offline, by the 2048 game's own reward. Nothing here is scripted: the server samples at the demo's temperature
 (1.0, no sampling seed), so two answers to one board differ and so do their rewards; only the board is fixed per
 scenario. The true win rate is 0.5 by symmetry, so a 95 % interval should cover 0.5 in about 95 % of the seeds.
@@ -27,8 +27,8 @@ from pathlib import Path
 from training.environments import RolloutConfig, get_environment, parse_options
 from training.fixtures.demo import HELD_OUT, demo_config
 from training.fixtures.tiny_model import ensure_tiny_model
-from training.rl.evaluation import (EvaluationConfig, Evaluator, ScenarioComparison, pair_wins, wilson_interval,
-                                    win_rate_summary)
+from training.monitoring.evaluation import (EvaluationConfig, Evaluator, ScenarioComparison, pair_wins,
+                                            wilson_interval, win_rate_summary)
 from training.rl.loop import load_scenarios
 from training.servers import start_server
 from training.types import env_reward_scorer

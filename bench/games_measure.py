@@ -7,8 +7,8 @@ CPU, reported whatever it shows (docs/examples.md).
 
 The model is the tiny games model (training/fixtures/tiny_games_model.py: warmed up on the answer formats only, built
 under var/tiny-games-model when missing). Each run trains on the example's generated scenarios with the
-environment's own reward and, after its last step, the run's held-out evaluation (training/rl/evaluation.py) plays
-the held-out positions / puzzles with the checkpoint and with the base: the win rate of checkpoint over base
+environment's own reward and, after its last step, the run's held-out evaluation
+(training/monitoring/evaluation.py) plays the held-out positions / puzzles with the checkpoint and with the base: the win rate of checkpoint over base
 (ties half) with its 95 % bootstrap interval over scenarios, and each side's mean env reward. One JSON line per
 run on stdout.
 
@@ -39,13 +39,13 @@ from pathlib import Path
 from typing import Any
 
 from bench.games_skill import clue_skill, codenames_skill, comparison_games, tictactoe_skill
+from training import run
 from training.config import RunConfig
 from training.environments import RolloutConfig, get_environment, parse_options
 from training.events import EvaluationFinished, Event, GroupScored
 from training.fixtures.examples import EXAMPLES
 from training.fixtures.tiny_games_model import ensure_tiny_games_model
-from training.rl.evaluation import BASE, CHECKPOINT, compare_group, win_rate_summary
-from training.rl.loop import run
+from training.monitoring.evaluation import BASE, CHECKPOINT, compare_group, win_rate_summary
 from training.types import Scenario, Trajectory, first_side
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -117,7 +117,7 @@ async def play_held_out(config: RunConfig, checkpoint: Path, held_out: list[Scen
     to `options`: (the evaluation's summary of checkpoint over base on env reward, each side's games as records).
     A game with several seats is counted on its first (the one the run's evaluation compares)."""
     from training.servers import start_server
-    from training.rl.trainer import pick_device
+    from training.model.adapter import pick_device
 
     env = get_environment(config.environment.kind)
     rollout = RolloutConfig(config.system_prompt, config.sampling, parse_options(env, options))

@@ -66,7 +66,7 @@ def clue_skill(answers: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
 
 def comparison_games(scenarios: Iterable[Mapping[str, Any]], side: str) -> list[dict[str, Any]]:
     """Game records of one side ("checkpoint" or "base") from the held-out evaluation's per-scenario comparisons
-    (training/rl/evaluation.py ScenarioComparison as a dict: `<side>_formed`, `<side>_env_formed`): the
+    (training/monitoring/evaluation.py ScenarioComparison as a dict: `<side>_formed`, `<side>_env_formed`): the
     evaluation keeps each answer's well-formedness and the env rewards of the well-formed ones, which is all
     the counts above need."""
     games: list[dict[str, Any]] = []

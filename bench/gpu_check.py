@@ -11,7 +11,7 @@ budget (grpo.micro_batch_tokens), each:
   plan assumes;
 - MFU: the step's model FLOPs (bench/gpu_flops.py: the trained positions' output layer, not every token's) over
   the card's dense bf16 peak from its datasheet, and over a matmul measured here as a second column;
-- the trainer's peak allocated memory against the plan's estimate (training/gpu/memory_plan.py), goal within 15 %;
+- the trainer's peak allocated memory against the plan's estimate (training/model/gpu/memory_plan.py), goal within 15 %;
 - the local server's sampling tokens/s (training/servers/engine.py): 32 unseeded sequences of 128 tokens, sampled
   together in one batch (seeded ones would be sampled one at a time).
 `--step` adds one real GRPO step with the local server on CUDA (bench/gpu_step.py): each stage's time and the
@@ -105,7 +105,7 @@ def train_step(model_dir: Path, s: Settings, peaks: dict[str, float | None]) -> 
     import torch
 
     from training.model.batching import micro_batches
-    from training.gpu.memory_plan import plan_memory, read_shape
+    from training.model.gpu.memory_plan import plan_memory, read_shape
     from training.fixtures.synthetic_model import synthetic_groups
     from training.rl.trainer import Trainer
 

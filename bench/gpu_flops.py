@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from training.model.batching import Row
-    from training.gpu.model_shape import ModelShape
+    from training.model.gpu.model_shape import ModelShape
 
 # Dense (not sparse) bf16 tensor-core peaks in TFLOP/s from NVIDIA's datasheets, by a pattern of
 # torch.cuda.get_device_name(); first match wins, so the more specific variant comes first.

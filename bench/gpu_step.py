@@ -114,7 +114,7 @@ def end_to_end_step(*, quick: bool = False) -> dict[str, Any]:
     for key, value in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
                        "LITELLM_LOCAL_MODEL_COST_MAP": "True"}.items():
         os.environ.setdefault(key, value)  # nothing reaches for the network
-    from training.rl.loop import run
+    from training import run
     from training.fixtures.synthetic_model import build_synthetic_model
 
     size = "tiny" if quick else "0.5b"

@@ -8,7 +8,7 @@
 Runs `python -m training demo --task mailbox` in-process for each seed: the tiny mailbox model
 (training/fixtures/tiny_mailbox_model.py) against the example mailbox server over stdio, trained on the verifiable
 `reference` reward of the 80 train scenarios. Every `--every` steps (and after the last) the
-held-out evaluation (training/rl/evaluation.py) has the checkpoint and the base (adapter off) each answer the 20
+held-out evaluation (training/monitoring/evaluation.py) has the checkpoint and the base (adapter off) each answer the 20
 held-out scenarios `--samples` times. Printed per evaluation: the mean reference reward of either side, their
 success rate (a reward above 0.5: the answer contains the reference; sources alone give 0.25) and the win rate
 against the base with its 95 % bootstrap interval over scenarios. The base is sampled afresh each time, so its
@@ -28,10 +28,10 @@ import statistics
 import sys
 from pathlib import Path
 
+from training import run
 from training.events import EvaluationFinished, Event, StepFinished
 from training.fixtures.demo import mailbox_demo_config
 from training.fixtures.tiny_mailbox_model import ensure_tiny_mailbox_model
-from training.rl.loop import run
 
 ROOT = Path(__file__).resolve().parents[1]
 SUCCESS = 0.5  # a reference reward above it means the answer contained the reference

@@ -77,7 +77,7 @@ def run_ours(steps: int, lr: float, seed: int, out: Path, threads: int,
 
     from training.config import RunConfig
     from training.events import StepFinished
-    from training.rl.loop import run
+    from training import run
     from training.types import Score
 
     torch.set_num_threads(threads)

@@ -63,7 +63,7 @@ def bench_config(mode: str, *, steps: int, seed: int, out: Path, judge: dict[str
 
 
 def run_once(mode: str, *, steps: int, seed: int = 0, judge: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    from training.rl.loop import run
+    from training import run
 
     scorer = None
     if judge is not None:

@@ -30,7 +30,7 @@ from typing import Any
 from training.config import RunConfig, load_run_config
 from training.events import (EvaluationFinished, Event, GroupScored, HeldOutLoss, MemoryPlanned, MonitorAlert,
                              RunFailed, RunStarted, StepFinished)
-from training.rl.evaluation import verdict
+from training.monitoring.evaluation import verdict
 from training.types import TrainingError
 
 
@@ -112,7 +112,7 @@ def load_scorer(config: RunConfig):
 
 
 def run_config(config: RunConfig) -> int:
-    from training.rl.loop import run
+    from training import run
 
     summary = run(config, scorer=load_scorer(config), sink=ConsoleReporter(config.steps))
     print(f"run {summary.status}: {summary.steps_done} steps; checkpoints in {config.output_dir}/checkpoints",
@@ -122,14 +122,14 @@ def run_config(config: RunConfig) -> int:
 
 def print_plan(config: RunConfig, *, gpu_gib: float | None, gpu_count: int, as_json: bool) -> int:
     """Prints the memory plan; 1 when it does not fit, 0 otherwise (also without a GPU to judge against)."""
-    from training.gpu.memory_plan import GiB, plan_memory, read_shape
+    from training.model.gpu.memory_plan import GiB, plan_memory, read_shape
 
     if gpu_gib is not None:
         if gpu_gib <= 0 or not 1 <= gpu_count <= 1024:
             raise TrainingError("--gpu-gib must be above 0 and --gpu-count between 1 and 1024")
         totals = [int(gpu_gib * GiB)] * gpu_count
     else:
-        from training.gpu.sharing import read_gpus
+        from training.model.gpu.sharing import read_gpus
 
         totals = [g.total for g in read_gpus()]
     result = plan_memory(config, read_shape(config.base_model), totals)
@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "evaluate":
             import asyncio
 
-            from training.rl.checks import evaluate_checkpoint
+            from training.monitoring.checks import evaluate_checkpoint
 
             config = load_run_config(args.config)
             asyncio.run(evaluate_checkpoint(config, args.checkpoint, scorer=load_scorer(config),

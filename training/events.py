@@ -37,7 +37,7 @@ class RunStarted(Event):
 
 @dataclass
 class MemoryPlanned(Event):
-    """The memory plan the run starts with (training/gpu/memory_plan.py): how vLLM and the trainer share the GPUs
+    """The memory plan the run starts with (training/model/gpu/memory_plan.py): how vLLM and the trainer share the GPUs
     (`sharing`: none, split, sleep; cpu without a GPU), why, vLLM's memory share where it is set, and the
     plan's lines as a person reads them."""
     kind: ClassVar[str] = "memory_planned"
@@ -199,8 +199,8 @@ class RunFailed(Event):
 
 @dataclass
 class EvaluationFinished(Event):
-    """A held-out evaluation (training.rl.evaluation): `metrics` holds eval_win_rate (ties half), eval_ci_low/high
-    (95 % bootstrap over scenarios), eval_scenarios, eval_samples (answers per side per scenario),
+    """A held-out evaluation (training.monitoring.evaluation): `metrics` holds eval_win_rate (ties half),
+    eval_ci_low/high (95 % bootstrap over scenarios), eval_scenarios, eval_samples (answers per side per scenario),
     eval_comparisons, eval_env_checkpoint/base, ...; `scenarios` the per-scenario comparisons."""
 
     kind: ClassVar[str] = "evaluation"
@@ -225,7 +225,7 @@ class HeldOutLoss(Event):
 
 @dataclass
 class MonitorAlert(Event):
-    """A monitor crossed its threshold (training.rl.monitors); `pause` asks the watcher to pause the run."""
+    """A monitor crossed its threshold (training.monitoring.monitors); `pause` asks the watcher to pause the run."""
 
     kind: ClassVar[str] = "monitor_alert"
     step: int
@@ -238,7 +238,8 @@ class MonitorAlert(Event):
 
 @dataclass
 class TrackerFailed(Event):
-    """An experiment tracker (training/rl/trackers.py) failed: it is dropped for the rest of the run, which goes on."""
+    """An experiment tracker (training/monitoring/trackers.py) failed: it is dropped for the rest of the run, which goes
+    on."""
 
     kind: ClassVar[str] = "tracker_failed"
     tracker: str

@@ -25,6 +25,7 @@ import fnmatch
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -182,6 +183,17 @@ def _deployment() -> tuple[dict[str, ModelEntry], list[str]]:
     from django.conf import settings
 
     return settings.STUDIO_BASE_MODELS, settings.STUDIO_HF_MODELS
+
+
+def hub_model(config: dict[str, Any]) -> str | None:
+    """The Hugging Face id the run's engine would load from the hub, or None (a directory, or downloads off): what
+    the workers fetch (webapp/execution/model_fetch.py) and the launch checks in their cache."""
+    from django.conf import settings
+
+    name = str(config.get("base_model") or "").strip()
+    if not settings.STUDIO_MODEL_DOWNLOAD or not HF_ID.match(name) or ".." in name or Path(name).is_dir():
+        return None
+    return name
 
 
 def resolve_base_model(value: str) -> ResolvedModel:

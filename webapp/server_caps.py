@@ -61,7 +61,7 @@ def servers_admit(*, project: Any, base_model: str) -> None:
     """Before a new server starts for (`project`, `base_model`): the project and its owner's account are under
     their server caps. A server that is up already is reused and never counted twice."""
     from webapp.models import ProjectServer
-    from webapp.services.serving import project_server_problem
+    from webapp.selectors.serving import project_server_problem
 
     _account_locked(project.owner_id)
     live = (ProjectServer.objects.filter(status__in=(ProjectServer.Status.STARTING, ProjectServer.Status.READY),

@@ -295,9 +295,9 @@ STUDIO_MLFLOW_TRACKING_URI = env_str("STUDIO_MLFLOW_TRACKING_URI") or None
 if STUDIO_MLFLOW_TRACKING_URI and not STUDIO_MLFLOW_TRACKING_URI.startswith(("http://", "https://", "file:")):
     raise ImproperlyConfigured("STUDIO_MLFLOW_TRACKING_URI must be an http(s) URL or a file: URI")
 STUDIO_MLFLOW_EXPERIMENT = env_str("STUDIO_MLFLOW_EXPERIMENT") or "rubric-studio"
-# Langfuse (issue 49; training/rl/langfuse.py): each trajectory a trace, offered when STUDIO_LANGFUSE_HOST is set
-# (its keys: LANGFUSE_PUBLIC_KEY / LANGFUSE_SECRET_KEY in the workers' environment, passed to the engine of a run
-# that reports to Langfuse only).
+# Langfuse (issue 49; training/monitoring/langfuse.py): each trajectory a trace, offered when STUDIO_LANGFUSE_HOST is
+# set (its keys: LANGFUSE_PUBLIC_KEY / LANGFUSE_SECRET_KEY in the workers' environment, passed to the engine of a
+# run that reports to Langfuse only).
 STUDIO_LANGFUSE_HOST = (env_str("STUDIO_LANGFUSE_HOST") or "").rstrip("/") or None
 if STUDIO_LANGFUSE_HOST and not STUDIO_LANGFUSE_HOST.startswith(("http://", "https://")):
     raise ImproperlyConfigured("STUDIO_LANGFUSE_HOST must be an http(s) URL, e.g. https://cloud.langfuse.com")
@@ -458,7 +458,7 @@ LOGGING = {
 }
 
 # The engine entry point the run process calls (async or sync `train(config, *, scorer, sink, control)`).
-STUDIO_ENGINE = env_str("STUDIO_ENGINE", "training.rl.loop:train")
+STUDIO_ENGINE = env_str("STUDIO_ENGINE", "training:train")
 # Where a run's base model is checked (training.model.preflight: it exists, loads, fits the run): "launch" in the web
 # request and again by the worker before it starts the engine; "worker" only there, where the web process cannot
 # see the workers' models (docker/compose.yml); "off" not at all.

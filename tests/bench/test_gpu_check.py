@@ -10,7 +10,7 @@ import pytest
 from bench.gpu_check import BEGIN, END, main
 from bench.gpu_flops import card_peak, step_flops
 from bench.gpu_step import end_to_end_step, step_table
-from training.gpu.model_shape import ModelShape
+from training.model.gpu.model_shape import ModelShape
 from training.model.batching import Row
 
 

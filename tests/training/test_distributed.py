@@ -11,7 +11,7 @@ import torch.multiprocessing as mp
 from safetensors.torch import load_file
 
 from training.config import GRPOConfig, LoraConfig, TrainerConfig
-from training.gpu.distributed import is_sharded, leave, whole
+from training.model.gpu.distributed import is_sharded, leave, whole
 from training.rl.trainer import Trainer
 from training.types import TrainingError
 
@@ -84,7 +84,7 @@ def test_two_gloo_processes_give_the_single_process_loss_lora_gradients_and_upda
 
 
 def test_trainer_gpus_give_each_process_its_own_gpu(monkeypatch):
-    from training.gpu.distributed import local_device
+    from training.model.gpu.distributed import local_device
 
     monkeypatch.delenv("LOCAL_RANK", raising=False)
     assert local_device("cuda", [2, 3]) == "cuda:2" and local_device("cuda") == "cuda"

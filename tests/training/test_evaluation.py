@@ -11,8 +11,8 @@ from training.config import SamplingConfig
 from training.environments.base import RolloutConfig
 from training.environments.chat import ChatOptions
 from training.fixtures.demo import HELD_OUT
-from training.rl.evaluation import (EvaluationConfig, Evaluator, ScenarioComparison, bootstrap_interval, pair_wins,
-                                    split_scenarios, wilson_interval, win_rate_summary)
+from training.monitoring.evaluation import (EvaluationConfig, Evaluator, ScenarioComparison, bootstrap_interval,
+                                            pair_wins, split_scenarios, wilson_interval, win_rate_summary)
 from training.types import Scenario, Score, Trajectory, env_reward_scorer
 
 # reward of each model's answers, per scenario: the checkpoint wins s1 and s2, ties s3, loses s4
@@ -167,9 +167,9 @@ def test_a_checkpoint_is_evaluated_on_demand_against_an_earlier_one(tiny_model_d
     request as the model asked for, or the rollout fails), one comparison per held-out scenario."""
     from tests.training.configs import small_config
     from training.__main__ import main
-    from training.rl.checks import evaluate_checkpoint
+    from training.monitoring.checks import evaluate_checkpoint
     from training.events import EvaluationFinished
-    from training.rl.loop import run
+    from training import run
 
     config = small_config(tiny_model_dir, tmp_path, steps=2, evaluation={"samples": 1, "every": 100})
     run(config)
@@ -204,7 +204,7 @@ def test_the_cli_prints_the_evaluation_as_a_json_line_with_its_scenarios_samples
 
 
 def test_a_checkpoint_is_better_than_the_base_only_when_its_whole_interval_is_above_one_half():
-    from training.rl.evaluation import verdict
+    from training.monitoring.evaluation import verdict
 
     assert verdict(0.51, 0.9) == "better" and verdict(0.5, 0.9) == "undecided" and verdict(0.3, 0.7) == "undecided"
     assert verdict(0.1, 0.49) == "worse" and verdict(None, None) is None

@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 
 from tests.training.configs import small_config
+from training import run
 from training.events import GroupScored
 from training.fixtures.examples import EXAMPLES
-from training.rl.loop import run
 
 
 def _events(kind):

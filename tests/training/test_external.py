@@ -11,9 +11,9 @@ import openai
 import pytest
 
 from tests.training.configs import small_config
+from training import train
 from training.events import RolloutsClosed, RolloutsWanted, StepFinished, TrainStep
 from training.rl.external import Inbox, StaleModel, UnsampledTurn, assemble_trajectory, sse_chunks
-from training.rl.loop import train
 from training.types import TrainingError
 
 EXTERNAL = {"kind": "external", "options": {"group_timeout_s": 60}}

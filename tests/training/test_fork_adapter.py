@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from training import run
 from training.config import GRPOConfig, LoraConfig
 from training.model.checkpoints import adapter_mismatches
 from training.model.preflight import preflight
-from training.rl.loop import run
 from training.rl.trainer import Trainer
 from training.types import TrainingError
 

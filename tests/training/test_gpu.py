@@ -9,7 +9,8 @@ import torch
 
 from training.config import GRPOConfig, LoraConfig, TrainerConfig
 from training.fixtures.synthetic_model import build_synthetic_model, synthetic_groups
-from training.rl.trainer import Trainer, step_memory_bytes
+from training.model.adapter import step_memory_bytes
+from training.rl.trainer import Trainer
 
 pytestmark = [
     pytest.mark.gpu,

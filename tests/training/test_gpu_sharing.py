@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from training import run
 from training.config import parse_run_config
 from training.events import TrainStep
-from training.rl.loop import run
 from training.types import TrainingError
 
 from tests.training.configs import small_config
@@ -131,7 +131,7 @@ def test_a_worker_starts_one_training_process_per_listed_gpu_or_as_many_as_asked
 def one_gpu(total: int, free_after_server: int, log: Path):
     """A reading of one GPU of `total` bytes, all free until the vLLM double has started (it logs its start),
     `free_after_server` after: what the driver would say once vLLM holds its share."""
-    from training.gpu.sharing import GpuMemory
+    from training.model.gpu.sharing import GpuMemory
 
     def read() -> list[GpuMemory]:
         return [GpuMemory(0, "test GPU", free_after_server if log.exists() else total, total)]
@@ -140,7 +140,7 @@ def one_gpu(total: int, free_after_server: int, log: Path):
 
 
 def tiny_plan(model_dir: Path, config):
-    from training.gpu.memory_plan import plan_memory, read_shape
+    from training.model.gpu.memory_plan import plan_memory, read_shape
 
     return plan_memory(config, read_shape(str(model_dir)), [80 * 2**30]).gpus[0]
 
@@ -175,7 +175,7 @@ def test_split_trains_when_what_is_free_after_vllm_started_holds_a_step(tiny_mod
 def test_auto_on_a_card_too_small_for_both_side_by_side_sleeps_with_the_planned_share(tiny_model_dir, tmp_path,
                                                                                         monkeypatch):
     from training.events import MemoryPlanned
-    from training.gpu.memory_plan import SLEEPING_SERVER
+    from training.model.gpu.memory_plan import SLEEPING_SERVER
 
     config = sharing_config(tiny_model_dir, tmp_path, monkeypatch)
     gpu = tiny_plan(tiny_model_dir, config)
@@ -195,7 +195,7 @@ def test_auto_on_a_card_too_small_for_both_side_by_side_sleeps_with_the_planned_
 
 
 def test_auto_with_a_gpu_to_spare_gives_vllm_its_own(tiny_model_dir, tmp_path, monkeypatch):
-    from training.gpu.sharing import GpuMemory
+    from training.model.gpu.sharing import GpuMemory
 
     config = sharing_config(tiny_model_dir, tmp_path, monkeypatch)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")

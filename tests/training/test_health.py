@@ -1,4 +1,4 @@
-"""Health signals per step (training/rl/health.py) and the monitors that say learning has stalled."""
+"""Health signals per step (training/monitoring/health.py) and the monitors that say learning has stalled."""
 from __future__ import annotations
 
 import asyncio
@@ -9,8 +9,8 @@ from tests.training.scripted_policy import MODEL, scripted_client
 from training.config import SamplingConfig
 from training.environments import RolloutConfig, get_environment, parse_options
 from training.rl.groups import step_metrics
-from training.rl.health import sampled_entropy, truncated_share, zero_variance_share
-from training.rl.monitors import MonitorConfig, Monitors, step_signals
+from training.monitoring.health import sampled_entropy, truncated_share, zero_variance_share
+from training.monitoring.monitors import MonitorConfig, Monitors, step_signals
 from training.types import Scenario, Trajectory, TrajectoryGroup
 
 

@@ -15,7 +15,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from tests.http_receiver import start_receiver  # noqa: E402
 from training.events import GroupScored, ReviewApplied, RunFinished, RunStarted, TrackerFailed  # noqa: E402
-from training.rl.trackers import TrackersConfig, TrackingSink  # noqa: E402
+from training.monitoring.trackers import TrackersConfig, TrackingSink  # noqa: E402
 
 TOOL_TRAJECTORY = {
     "messages": [{"role": "user", "content": "What is a fjord?"},

@@ -1,6 +1,6 @@
 """Multi-process runs survive long waits between steps: the ranks above 0 wait for rank 0's next instruction on
-the rendezvous store (training.gpu.distributed.ControlChannel), not inside a collective, so a pause longer than the
-collective timeout (trainer.collective_timeout_s) neither kills a rank nor the run. Two gloo processes on CPU."""
+the rendezvous store (training.model.gpu.distributed.ControlChannel), not inside a collective, so a pause longer
+than the collective timeout (trainer.collective_timeout_s) neither kills a rank nor the run. Two gloo processes on CPU."""
 from __future__ import annotations
 
 import json
@@ -43,8 +43,8 @@ def _paused_run(rank: int, port: int, model_dir: str, out: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2",
                       LOCAL_RANK=str(rank))
     torch.set_num_threads(1)
-    from training.gpu import distributed
-    from training.rl.loop import run
+    from training.model.gpu import distributed
+    from training import run
 
     from tests.training.configs import small_config
 
@@ -70,7 +70,7 @@ def test_a_two_rank_run_paused_for_three_collective_timeouts_resumes_and_complet
 
 def _collective_after_a_long_wait(rank: int, port: int, out: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2")
-    from training.gpu.distributed import init_from_env
+    from training.model.gpu.distributed import init_from_env
 
     init_from_env("cpu", timeout_s=1.0)
     if rank == 0:
@@ -94,7 +94,7 @@ def test_the_collective_timeout_setting_bounds_a_collective(tmp_path):
 
 
 def test_messages_every_rank_has_read_are_deleted_from_the_store():
-    from training.gpu.distributed import ControlChannel
+    from training.model.gpu.distributed import ControlChannel
 
     store = torch.distributed.HashStore()
     sender, reader = ControlChannel(store, 0, 2), ControlChannel(store, 1, 2)

@@ -15,10 +15,10 @@ from training.environments import register
 from training.environments.game_2048 import Game2048Environment
 from training.events import (GroupRolledOut, GroupScored, JudgeUsage, RunFailed, RunHeld, StaticControl, StepFinished,
                              TrainStep)
+from training import run
 from training.fixtures.demo import demo_config
 from training.rl.groups import covered_seconds
 from training.rl.grpo import group_advantages
-from training.rl.loop import run
 from training.types import JudgeReport, Score, TrainingError
 
 from tests.training.configs import small_config
@@ -53,7 +53,8 @@ def test_the_demo_learns_on_cpu(tiny_model_dir, tmp_path):
     first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
     assert summary.status == "completed" and len(rewards) == 20
     assert last > first + 0.1, f"rewards did not rise: {[round(r, 3) for r in rewards]}"
-    # Held-out evaluation on the demo's unseen starting positions against the base model, env reward (training/rl/evaluation.py):
+    # Held-out evaluation on the demo's unseen starting positions against the base model, env reward
+    # (training/monitoring/evaluation.py):
     # measured 0.65-0.89 at steps 5-20 in 30-step demo runs; the final checkpoint's whole 95 % interval is above 50 %.
     evals = [h for h in summary.history if "eval_win_rate" in h]
     assert [h["step"] for h in evals] == [20]
@@ -365,7 +366,8 @@ def test_the_cli_names_an_unknown_config_key(tmp_path):
 
 
 def test_the_engine_imports_without_the_web_stack_or_the_judge():
-    code = ("import sys, training, training.rl.loop, training.rl.trainer, training.servers, training.__main__;"
+    code = ("import sys, training, training.rl.loop, training.rl.trainer, training.model.adapter, "
+            "training.monitoring.checks, training.monitoring.trackers, training.servers, training.__main__;"
             "bad = [m for m in ('django', 'celery', 'channels', 'judging', 'litellm', 'vllm', 'peft') if m in sys.modules];"
             "print(bad); sys.exit(1 if bad else 0)")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)

@@ -106,7 +106,7 @@ def test_cancelling_a_rollout_stops_its_server(tmp_path, fault_table):
 
 def test_a_run_on_a_server_that_does_not_start_is_refused_before_anything_loads(tiny_model_dir, tmp_path):
     from tests.training.configs import small_config
-    from training.rl.loop import run
+    from training import run
 
     config = small_config(tiny_model_dir, tmp_path / "run", steps=1, environment={
         "kind": "mcp", "options": {"server": fault_server("exit", tmp_path / "pids")}})

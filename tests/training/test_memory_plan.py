@@ -1,6 +1,6 @@
-"""The memory plan (training/gpu/memory_plan.py) against numbers worked out by hand for the published shapes of
+"""The memory plan (training/model/gpu/memory_plan.py) against numbers worked out by hand for the published shapes of
 Qwen2.5 0.5B, 1.5B and 7B, and `server.gpu_sharing: auto` choosing none, split or sleep on machines of given
-sizes (training/gpu/sharing.py)."""
+sizes (training/model/gpu/sharing.py)."""
 from __future__ import annotations
 
 import json
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from training.config import parse_run_config
-from training.gpu.memory_plan import (GiB, ModelShape, SERVER_OVERHEAD, SLEEPING_SERVER, TRAINER_OVERHEAD, plan_memory,
-                                      read_shape)
-from training.gpu.sharing import GpuMemory, check_trainer_fits, resolve_sharing
+from training.model.gpu.memory_plan import (GiB, ModelShape, SERVER_OVERHEAD, SLEEPING_SERVER, TRAINER_OVERHEAD,
+                                            plan_memory, read_shape)
+from training.model.gpu.sharing import GpuMemory, check_trainer_fits, resolve_sharing
 from training.types import TrainingError
 
 # config.json fields of the three models as published.

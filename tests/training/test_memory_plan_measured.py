@@ -1,4 +1,4 @@
-"""The memory plan's activation terms are measured (training/gpu/activation_probe.py), checked against autograd on
+"""The memory plan's activation terms are measured (training/model/gpu/activation_probe.py), checked against autograd on
 whole tiny Qwen2 and Llama models; `trainer.gradient_checkpointing: auto` turns on only when the plan needs it;
 settings that would defeat the plan (`gpu_sharing: none` beside the trainer, a share flag in the server's extra
 arguments) are refused, naming what the plan would do (docs/gpu.md)."""
@@ -10,9 +10,9 @@ import pytest
 
 from tests.training.test_memory_plan import model_dir, reading, run_config
 from training.config import ServerConfig, parse_run_config
-from training.gpu.activation_probe import measure_pass
-from training.gpu.memory_plan import GiB, ModelShape, activations, plan_memory, read_shape
-from training.gpu.sharing import resolve_sharing
+from training.model.gpu.activation_probe import measure_pass
+from training.model.gpu.memory_plan import GiB, ModelShape, activations, plan_memory, read_shape
+from training.model.gpu.sharing import resolve_sharing
 from training.types import TrainingError
 
 # Whole models of each architecture at test size: wider than the probe's own (which scales heads to 4 and 8

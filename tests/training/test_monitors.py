@@ -10,9 +10,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from training import run
 from training.events import MonitorAlert, RunHeld, StaticControl, StepFinished
-from training.rl.loop import run
-from training.rl.monitors import MonitorConfig, Monitors, repeat_rate, step_signals
+from training.monitoring.monitors import MonitorConfig, Monitors, repeat_rate, step_signals
 from training.types import Scenario, Score, Trajectory, TrajectoryGroup
 
 from tests.training.configs import small_config

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from training.events import (GroupRolledOut, GroupScored, JudgeUnavailable, ReviewApplied, ReviewRequested, RunFinished,
                              RunStarted, StaticControl, TrainStep)
+from training import run
 from training.rl.grpo import group_advantages
-from training.rl.loop import run
 from training.rl.parking import FILE
 
 from tests.training.configs import small_config

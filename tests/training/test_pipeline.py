@@ -8,10 +8,10 @@ import threading
 import time
 from pathlib import Path
 
+from training import run
 from training.environments import register
 from training.environments.game_2048 import Game2048Environment
 from training.events import GroupRolledOut, GroupScored, RunStarted, StaticControl, StepFinished, TrainStep
-from training.rl.loop import run
 from training.types import Score
 
 from tests.training.configs import small_config

@@ -15,9 +15,9 @@ from training.config import parse_run_config  # noqa: E402
 from training.config.sft import SFTOptions, learning_rate_at  # noqa: E402
 from training.events import (  # noqa: E402
     CheckpointSaved, EvaluationFinished, HeldOutLoss, RunStarted, StaticControl, StepFinished)
+from training import run  # noqa: E402
 from training.fixtures.demo import demo_config  # noqa: E402
 from training.fixtures.tiny_model import synthetic_games  # noqa: E402
-from training.rl.loop import run  # noqa: E402
 
 
 def write_games(path: Path, count: int, seed: int = 11) -> Path:

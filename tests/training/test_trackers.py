@@ -15,9 +15,9 @@ wandb = pytest.importorskip("wandb")
 pytest.importorskip("mlflow")
 
 from tests.training.test_sft_loop import sft_config, write_games  # noqa: E402
+from training import run  # noqa: E402
 from training.config import parse_run_config  # noqa: E402
 from training.events import CheckpointSaved, HeldOutLoss, StepFinished, TrackerFailed  # noqa: E402
-from training.rl.loop import run  # noqa: E402
 
 RUN_URL = "http://studio.example/runs/7/"
 

@@ -189,7 +189,7 @@ def test_the_sampler_gap_is_reported_where_the_server_gave_logprobs(tiny_model_d
 
 def test_cuda_asked_without_cuda_and_cpu_on_a_gpu_worker_are_refused():
     from training.types import TrainingError
-    from training.rl.trainer import pick_device
+    from training.model.adapter import pick_device
 
     assert pick_device("cpu") == "cpu"
     with pytest.raises(TrainingError, match="requires a GPU"):
@@ -202,7 +202,7 @@ def test_cuda_asked_without_cuda_and_cpu_on_a_gpu_worker_are_refused():
 
 
 def test_dtype_auto_is_float32_on_cpu(tiny_model_dir):
-    from training.rl.trainer import resolve_dtype
+    from training.model.adapter import resolve_dtype
 
     assert resolve_dtype("auto", "cpu") == torch.float32 and resolve_dtype("bfloat16", "cpu") == torch.bfloat16
     assert next(make(tiny_model_dir).model.parameters()).dtype == torch.float32

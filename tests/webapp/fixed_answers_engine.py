@@ -1,4 +1,4 @@
-"""The real engine (training.rl.loop:train) with a test environment whose answers are fixed instead of sampled, so
+"""The real engine (training:train) with a test environment whose answers are fixed instead of sampled, so
 two runs roll out exactly the same trajectories and any difference in what they train is the review's doing.
 Selected with STUDIO_ENGINE=tests.webapp.fixed_answers_engine:train (the engine process imports it, which
 registers the environment; users register theirs the same way)."""
@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from training import train  # noqa: F401  (the entry point)
 from training.environments import register
 from training.environments.base import Environment, RolloutConfig, new_trajectory, opening_messages
-from training.rl.loop import train  # noqa: F401  (the entry point)
 from training.types import Scenario, Trajectory
 
 ANSWERS = ["move left", "move up then right", "I would rather not play", "down"]

@@ -9,8 +9,8 @@ import pytest
 from tests.webapp.factories import project_factory, run_factory
 from tests.webapp.browser import SHOTS, launch_chromium, log_in
 from tests.webapp.test_browser import server  # noqa: F401 - the daphne fixture
+from training import run as train_run
 from training.fixtures.demo import demo_config
-from training.rl.loop import run as train_run
 from webapp.live.ingest import run_event_ingest
 from webapp.models import RunStatus
 

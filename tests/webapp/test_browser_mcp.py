@@ -9,7 +9,7 @@ import pytest
 
 from tests.judge_double import JudgeDouble
 from tests.webapp.factories import project_factory, run_factory, scenario_set_factory
-from tests.webapp.browser import SHOTS, launch_chromium, log_in
+from tests.webapp.browser import SHOTS, launch_chromium, log_in, outside_the_loop
 from tests.webapp.test_browser import server  # noqa: F401 - the daphne fixture
 from tests.webapp.test_mcp_pages import TOOL_RUN_MESSAGES
 from webapp.live.ingest import run_event_ingest
@@ -80,7 +80,7 @@ def test_the_owner_adds_the_mailbox_lists_its_tools_generates_tasks_and_reads_to
         run = run_factory(project=project, status="running", name="mail-run")
         record = {"scenario_id": "s1", "messages": TOOL_RUN_MESSAGES, "reward": 0.7, "judge_score": 0.7,
                   "explanation": "searched, then read the right email", "criteria": {}, "metadata": {}}
-        run_event_ingest(run_id=run.id, event={
+        outside_the_loop(run_event_ingest, run_id=run.id, event={
             "kind": "group_scored", "step": 1, "group_index": 0, "scenario_id": "s1",
             "trajectories": [record, {**record, "reward": 0.2, "judge_score": 0.2}],
             "reward_mean": 0.45, "reward_std": 0.25})

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from tests.webapp.factories import member_factory, run_factory
-from tests.webapp.browser import SHOTS, launch_chromium, log_in
+from tests.webapp.browser import SHOTS, launch_chromium, log_in, outside_the_loop
 from tests.webapp.test_browser import server  # noqa: F401 - the daphne fixture
 from webapp.live.ingest import run_event_ingest
 from webapp.models import Role, RunStatus, ScoreOverride, Trajectory
@@ -80,7 +80,7 @@ def test_a_gated_override_shows_one_label_and_one_reward_on_every_page_and_the_a
         page.click("#gate-note #approve")
         expect(page.locator(".messages")).to_contain_text("review approved")
 
-        rewards = _engine_trains_the_reviewed_step(run)
+        rewards = outside_the_loop(_engine_trains_the_reviewed_step, run)
         assert rewards[2] == 0.1  # the engine got the human score
         top.refresh_from_db()
         expected = {"judge": "0.747", "human": "0.100", "effective": "0.100", "trained": "0.100",
@@ -170,8 +170,9 @@ def test_settings_panel_rubric_diff_overlay_and_test_judge_in_the_browser(server
             gap = run_factory(project=project_factory(owner=project.owner), name="with-a-gap",
                               status=RunStatus.COMPLETED, steps=4)  # its own project: not in the overlay below
             for step, value in enumerate([0.4, None, 0.5, 0.6], start=1):
-                run_event_ingest(run_id=gap.id, event={"kind": "step_finished", "step": step, "metrics": {
-                    "reward_mean": value, "reward_std": None if value is None else 0.1}})
+                outside_the_loop(run_event_ingest, run_id=gap.id, event={
+                    "kind": "step_finished", "step": step,
+                    "metrics": {"reward_mean": value, "reward_std": None if value is None else 0.1}})
             page.goto(f"{server}/runs/{gap.id}/")
             page.wait_for_function("() => (document.getElementById('reward-chart').data || []).length > 0")
             bands = page.evaluate("() => document.getElementById('reward-chart').data"

@@ -480,7 +480,7 @@ def test_an_agent_in_your_own_code_trains_a_run_on_the_tiny_model_through_the_we
     from webapp.execution.runner import run_execute
     from webapp.models import Step, TrajectoryGroup
 
-    settings.STUDIO_ENGINE = "training.rl.loop:train"
+    settings.STUDIO_ENGINE = "training:train"
     project = project_factory()
     agent = agent_factory(project=project, base_model=TEST_TINY_MODEL, environment_kind="external",
                           environment_options={"group_timeout_s": 120, "on_missing": "fail"}, max_tokens=6)

@@ -10,7 +10,7 @@ from django.test import override_settings
 from django.urls import reverse
 
 from tests.webapp.factories import TEST_TINY_MODEL, agent_factory, project_factory, scenario_set_factory
-from training.gpu.sharing import GpuMemory, parse_smi
+from training.model.gpu.sharing import GpuMemory, parse_smi
 from webapp.models import Run
 from webapp.services.gpu_plans import CACHE_KEY, worker_gpus_report
 

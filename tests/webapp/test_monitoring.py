@@ -103,7 +103,7 @@ def test_the_checkpoint_table_calls_a_checkpoint_better_than_base_only_when_its_
 def test_evaluate_now_runs_the_engines_evaluation_of_a_checkpoint_and_records_it(client, inprocess_executor,
                                                                                tiny_model_dir, tmp_path):
     from tests.training.configs import small_config
-    from training.rl.loop import run as train_run
+    from training import run as train_run
 
     project = project_factory()
     # The run as recorded: the held-out evaluation on the local server, which Evaluate now starts.

@@ -92,7 +92,7 @@ def test_a_server_whose_worker_stopped_beating_is_started_again(settings):
 
 
 def test_a_start_no_worker_takes_says_which_queue_needs_one(settings):
-    from webapp.services.serving import project_server_problem
+    from webapp.selectors.serving import project_server_problem
 
     project = project_factory()
     server = ProjectServer.objects.create(

@@ -12,7 +12,7 @@ from tests.webapp.factories import run_factory
 from training.config import GRPOConfig
 from training.events import StepFinished
 from training.rl.groups import score_group, step_metrics
-from training.rl.monitors import step_signals
+from training.monitoring.monitors import step_signals
 from training.types import Scenario, Trajectory, TrajectoryGroup, env_reward_scorer
 from webapp.live.ingest import run_event_ingest
 from webapp.models import RunStatus

@@ -54,7 +54,7 @@ def _answering_session():
 async def test_a_non_member_is_refused_and_a_member_is_sent_the_session_as_it_is_then_each_update():
     from django.contrib.auth.models import AnonymousUser
 
-    from webapp.live.try_channel import try_session_publish
+    from webapp.live.publish import try_session_publish
 
     session, viewer, other_projects_owner = await sync_to_async(_answering_session)()
     assert await _refused_with(TrySocket(AnonymousUser(), session.pk)) == 4401

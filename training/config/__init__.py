@@ -57,8 +57,8 @@ class ServerConfig(_Strict):
     )
     gpu_sharing: Literal["auto", "none", "sleep", "split"] = Field(
         "auto", description="vllm kind, when vLLM and the trainer use the same GPU. auto: from the memory plan "
-        "(training/gpu/memory_plan.py): vLLM on a GPU of its own where the worker has one to spare (none), else split "
-        "when both fit side by side, else sleep, else the launch is refused with the plan's numbers; sleep: vLLM "
+        "(training/model/gpu/memory_plan.py): vLLM on a GPU of its own where the worker has one to spare (none), else "
+        "split when both fit side by side, else sleep, else the launch is refused with the plan's numbers; sleep: vLLM "
         "runs with --enable-sleep-mode and sleeps (weights to CPU RAM, KV cache dropped) while the trainer steps, "
         "and wakes before the new adapter is loaded; split: vLLM keeps `gpu_memory_utilization` of the GPU and the "
         "trainer the rest; none: no plan (separate GPUs, or a model small enough)."
@@ -99,7 +99,7 @@ class ServerConfig(_Strict):
             _check_gpu_list("server.gpus", self.gpus)
         if self.gpu_sharing in ("split", "sleep") and (flag := share_flag(self.extra_args)):
             # Appended after the planned --gpu-memory-utilization, it would silently win (auto: the plan refuses it
-            # where it shares the GPU, training/gpu/memory_plan.py).
+            # where it shares the GPU, training/model/gpu/memory_plan.py).
             raise ValueError(f"server.extra_args sets vLLM's memory share ({flag}), which gpu_sharing "
                              f"'{self.gpu_sharing}' sets from server.gpu_memory_utilization or the memory plan; "
                              "remove it (to choose the share by hand: set server.gpu_memory_utilization)")
@@ -170,8 +170,8 @@ class TrainerConfig(_Strict):
     )
     gradient_checkpointing: bool | Literal["auto"] = Field(
         "auto", description="Recompute activations in the backward pass: less memory, about a third more compute. "
-        "auto: on when the memory plan (training/gpu/memory_plan.py) needs it for the run to fit the worker's GPUs, "
-        "off otherwise (and off on CPU, and where nothing is planned, e.g. SFT runs)."
+        "auto: on when the memory plan (training/model/gpu/memory_plan.py) needs it for the run to fit the worker's "
+        "GPUs, off otherwise (and off on CPU, and where nothing is planned, e.g. SFT runs)."
     )
     attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] = Field(
         "sdpa", description="transformers attention kernel; flash_attention_2 needs the flash-attn package."
@@ -325,7 +325,8 @@ class RunConfig(_Strict):
         default_factory=EvaluationConfig, description="Held-out evaluation against the base model (off by default).")
     monitors: MonitorConfig = Field(default_factory=MonitorConfig, description="Reward-hacking and health monitors.")
     trackers: TrackersConfig = Field(default_factory=TrackersConfig, description="Experiment trackers (W&B, MLflow) "
-                                     "that receive the run's metrics too (training/rl/trackers.py; none by default).")
+                                     "that receive the run's metrics too (training/monitoring/trackers.py; none by "
+                                     "default).")
     sft: SFTOptions | None = Field(None, description="kind sft: the conversations and how to train on them "
                                    "(training/config/sft.py; defaults when left out); grpo runs refuse it.")
 

@@ -1,4 +1,4 @@
-"""Held-out evaluation's section of a run config (training/rl/evaluation.py runs it)."""
+"""Held-out evaluation's section of a run config (training/monitoring/evaluation.py runs it)."""
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field

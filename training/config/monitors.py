@@ -1,4 +1,4 @@
-"""The monitors' section of a run config (training/rl/monitors.py computes them)."""
+"""The monitors' section of a run config (training/monitoring/monitors.py computes them)."""
 from __future__ import annotations
 
 from typing import Literal

@@ -1,4 +1,4 @@
-"""vLLM flags that would change the memory share the plan gives it: the plan (training/gpu/memory_plan.py) sets
+"""vLLM flags that would change the memory share the plan gives it: the plan (training/model/gpu/memory_plan.py) sets
 `--gpu-memory-utilization` itself, so extra server arguments may not, in any spelling vLLM's parser accepts."""
 from __future__ import annotations
 

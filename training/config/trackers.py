@@ -1,4 +1,5 @@
-"""The trackers' section of a run config (training/rl/trackers.py and training/rl/langfuse.py report to them)."""
+"""The trackers' section of a run config (training/monitoring/trackers.py and training/monitoring/langfuse.py report
+to them)."""
 from __future__ import annotations
 
 from typing import Literal
@@ -36,7 +37,7 @@ class TrackersConfig(_Strict):
     wandb: WandbSettings | None = Field(None, description="Report to Weights & Biases.")
     mlflow: MlflowSettings | None = Field(None, description="Report to MLflow.")
     langfuse: LangfuseSettings | None = Field(None, description="Each trajectory a Langfuse trace "
-                                              "(training/rl/langfuse.py).")
+                                              "(training/monitoring/langfuse.py).")
     run_id: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]{1,64}$",
                                description="A stable id for the tracker's run (W&B resumes it when the run resumes).")
     run_url: str | None = Field(None, max_length=2000, description="A link back to the run's page.")

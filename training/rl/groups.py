@@ -13,7 +13,7 @@ from training.environments import RolloutConfig
 from training.events import GroupScored
 from training.rl.group_client import GroupClient
 from training.rl.grpo import group_advantages
-from training.rl.health import reward_quartiles
+from training.monitoring.health import reward_quartiles
 from training.types import Scenario, Scorer, TrainingError, Trajectory, TrajectoryGroup, groups_by_role, sampled_nothing
 
 

@@ -5,8 +5,9 @@ versioned name, report metrics. Resumes from the last checkpoint in `output_dir`
 next step's rollouts run while a step trains (training/rl/pipeline.py), one step stale. What happens to one group
 (rolled out, scored, advantages, its event) is in training/rl/groups.py.
 
-Library use: `await train(config, scorer=..., sink=..., control=..., review=...)` or `run(config, ...)`.
-The CLI is `python -m training run --config FILE.json`. SFT runs (`kind: "sft"`) go to training/sft/loop.py.
+`train_grpo` is the GRPO kind behind the engine's one entry: library use is `await training.train(config,
+scorer=..., sink=..., control=..., review=...)` or `training.run(config, ...)`, which hand SFT runs (`kind: "sft"`)
+to training/sft/loop.py instead. The CLI is `python -m training run --config FILE.json`.
 """
 from __future__ import annotations
 
@@ -24,10 +25,10 @@ from training.environments.scenarios import load_scenarios
 from training.events import (CheckpointSaved, Control, EventSink, GroupRolledOut, JudgeUnavailable, JudgeUsage,
                              MemoryPlanned, ReviewApplied, ReviewRequested, RunFailed, RunFinished, RunHeld, RunStarted,
                              StaticControl, StepFinished, TrainStep, null_sink, wait_for_go)
-from training.gpu.sharing import GpuReader, check_trainer_fits, gpu_index, read_gpus, resolve_sharing
 from training.model.checkpoints import (Checkpoint, RunSummary, adapter_name, checkpoint_dir, commit_checkpoint,
                                         latest_checkpoint, latest_optimizer_state, refuse_mismatched_parent, save_state)
-from training.rl.checks import RunChecks, split_for_run
+from training.model.gpu.sharing import GpuReader, check_trainer_fits, gpu_index, read_gpus, resolve_sharing
+from training.monitoring.checks import RunChecks, split_for_run
 from training.rl.groups import apply_scores, covered_seconds, group_event, rollout_groups, score_group, step_metrics
 from training.rl.parking import scored_step_discard, scored_step_keep, scored_step_rescore, scored_step_take
 from training.rl.pipeline import Ahead, StepRollouts, is_pipelined, set_threads, split_cores
@@ -51,7 +52,7 @@ def scenarios_for_step(scenarios: list[Scenario], step: int, per_step: int, seed
 async def follow_rank0(trainer: Any, on_trainer: Any, start: int) -> RunSummary:
     """A rank above 0 under torchrun: rank 0 rolls out, scores, checkpoints and serves; this process trains on
     each step's groups as rank 0 sends them (the trainer's collectives need every rank), until a status arrives."""
-    from training.gpu import distributed
+    from training.model.gpu import distributed
 
     steps = 0
     while not isinstance(message := await on_trainer(distributed.receive_from_rank0), str):
@@ -63,33 +64,17 @@ async def follow_rank0(trainer: Any, on_trainer: Any, start: int) -> RunSummary:
     return RunSummary(status=message, steps_done=start - 1 + steps, last_checkpoint=None, history=[])
 
 
-async def train(config: RunConfig, *, scorer: Scorer | None = None, sink: EventSink = null_sink,
-                control: Control | None = None, review: ReviewHook | None = None,
-                inbox: Inbox | None = None, gpu_reader: GpuReader = read_gpus) -> RunSummary:
-    """Trains the run. An `external` agent's groups arrive in `inbox` (training/rl/external.py). An SFT run
-    (`kind: "sft"`) is trained by training/sft/loop.py, with the same events, checkpoints and summary. The
-    run's experiment trackers (config.trackers) receive its events beside `sink` (training/rl/trackers.py).
-    `gpu_reader` says what memory the worker's GPUs have (and have free): the memory plan's input."""
-    from training.gpu import distributed
-    from training.rl.trackers import tracking
-
-    if distributed.launched_rank() > 0:  # under torchrun only rank 0 reports
-        return await _train(config, scorer=scorer, sink=sink, control=control, review=review, inbox=inbox,
-                            gpu_reader=gpu_reader)
-    with tracking(config, sink) as tracked:
-        return await _train(config, scorer=scorer, sink=tracked, control=control, review=review, inbox=inbox,
-                            gpu_reader=gpu_reader)
-
-
-async def _train(config: RunConfig, *, scorer: Scorer | None, sink: EventSink, control: Control | None,
-                 review: ReviewHook | None, inbox: Inbox | None, gpu_reader: GpuReader) -> RunSummary:
-    if config.kind == "sft":
-        from training.sft.loop import train_sft
-
-        return await train_sft(config, scorer=scorer, sink=sink, control=control)
-    from training.gpu import distributed
+async def train_grpo(config: RunConfig, *, scorer: Scorer | None = None, sink: EventSink = null_sink,
+                     control: Control | None = None, review: ReviewHook | None = None, inbox: Inbox | None = None,
+                     gpu_reader: GpuReader = read_gpus) -> RunSummary:
+    """Trains a GRPO run. Reached through `training.train`, which checks the rank, adds the run's experiment
+    trackers to `sink` and hands each run kind to its loop. An `external` agent's groups arrive in `inbox`
+    (training/rl/external.py). `gpu_reader` says what memory the worker's GPUs have (and have free): the memory
+    plan's input."""
+    from training.model.adapter import pick_device, release_cached_memory
+    from training.model.gpu import distributed
+    from training.rl.trainer import Trainer
     from training.servers import start_server
-    from training.rl.trainer import Trainer, pick_device, release_cached_memory
 
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -105,7 +90,7 @@ async def _train(config: RunConfig, *, scorer: Scorer | None, sink: EventSink, c
     external_agent = config.environment.kind == "external"
     if external_agent and inbox is None:
         raise TrainingError("an external agent's groups are submitted through Rubric Studio's web app (or pass "
-                            "an `inbox` to training.rl.loop.train)")
+                            "an `inbox` to training.train)")
     # The evaluation rolls out with the environment; an external agent's code is not here to do it.
     checks = RunChecks(config=config, held_out=[] if external_agent else held_out, env=env,
                        rollout_config=rollout_config, scorer=scorer, sink=sink)
@@ -356,7 +341,7 @@ async def _train(config: RunConfig, *, scorer: Scorer | None, sink: EventSink, c
                        "time_load_s": load_time, "time_wait_rollouts_s": waited,
                        "time_step_s": finished_at - started, "rollout_model": rollouts.model,
                        "staleness": rollouts.staleness, "adapter": name}
-            # Monitors every step, held-out evaluation when due (training/rl/checks.py).
+            # Monitors every step, held-out evaluation when due (training/monitoring/checks.py).
             metrics |= await checks.after_step(step, done, train_metrics, client, model=name,
                                                base_model=server.model_name)
             history.append(metrics)
@@ -390,8 +375,3 @@ async def _train(config: RunConfig, *, scorer: Scorer | None, sink: EventSink, c
     steps_done = checkpoint.step if checkpoint else 0
     sink(RunFinished(status=status, steps_done=steps_done))
     return RunSummary(status=status, steps_done=steps_done, last_checkpoint=checkpoint, history=history)
-
-
-def run(config: RunConfig, **kwargs: Any) -> RunSummary:
-    """Synchronous wrapper around `train` for scripts and workers."""
-    return asyncio.run(train(config, **kwargs))

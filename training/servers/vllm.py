@@ -16,7 +16,7 @@ import subprocess
 
 from training.config import ServerConfig
 from training.config.server_flags import share_flag
-from training.gpu.model_shape import config_json
+from training.model.gpu.model_shape import config_json
 from training.types import TrainingError
 
 # vLLM accepts only these LoRA ranks for --max-lora-rank; a configured rank is rounded up to the next one.

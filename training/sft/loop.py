@@ -2,9 +2,9 @@
 (assistant tokens trained, as GRPO trains its trajectories), plan the steps (epochs cut by a token budget,
 packed), then for each step: wait while paused, train at the scheduled learning rate, report the loss, measure
 the held-out loss when due, save a checkpoint when due, and run the held-out win-rate evaluation against the
-base model when due (the GRPO runs' own evaluation: training/rl/checks.py, with a server started for it).
+base model when due (every run kind's evaluation: training/monitoring/checks.py, with a server started for it).
 
-Reached through the one seam in training/rl/loop.py (`train` hands `kind: "sft"` configs here), so the CLI
+Reached through the engine's one entry, `training.train` (it hands `kind: "sft"` configs here), so the CLI
 (`python -m training sft --config FILE.json`, or `run`), the web app's engine process and library callers start
 SFT runs as they start GRPO runs, and see the same events, checkpoints and summary.
 """
@@ -49,7 +49,7 @@ def load_sft_conversations(options: SFTOptions) -> list[Conversation]:
 
 def evaluation_scenarios(config: RunConfig) -> list[Scenario]:
     """The scenarios of the held-out win rate: those `evaluation` holds out (every one may be: none is trained)."""
-    from training.rl.evaluation import split_scenarios
+    from training.monitoring.evaluation import split_scenarios
     from training.environments.scenarios import load_scenarios
 
     if not config.evaluation.enabled or not (config.scenarios or config.scenarios_file):
@@ -64,7 +64,7 @@ async def train_sft(config: RunConfig, *, scorer: Scorer | None = None, sink: Ev
                     control: Control | None = None, **_unused: Any) -> RunSummary:
     """Trains an SFT run. No review gate or inbox: nothing is scored."""
     from training.sft.trainer import SFTTrainer
-    from training.rl.trainer import pick_device
+    from training.model.adapter import pick_device
 
     options = config.sft or SFTOptions()
     control = control or StaticControl()
@@ -190,7 +190,7 @@ def _write_checkpoint(trainer: Any, staging: Path, state: dict[str, Any]) -> Non
 async def _start_evaluation(config: RunConfig, scenarios: list[Scenario], scorer: Scorer | None, sink: EventSink,
                             device: str) -> tuple[Any, dict[str, Any]]:
     """The inference server and the checks the held-out win rate needs, started at its first use."""
-    from training.rl.checks import RunChecks
+    from training.monitoring.checks import RunChecks
     from training.environments import RolloutConfig, get_environment, parse_options
     from training.servers import start_server
     from training.types import env_reward_scorer

@@ -1,11 +1,11 @@
-"""The SFT step: cross-entropy on the assistant's tokens of packed conversations, on the GRPO trainer's adapter.
+"""The SFT step: cross-entropy on the assistant's tokens of packed conversations, on the shared adapter trainer.
 
-`SFTTrainer` is the GRPO `Trainer` (the same peft LoRA adapter on the same base model, the same optimizer,
-checkpoint files, resume and fork) with a supervised step instead of the policy-gradient one. Each step's loss
+`SFTTrainer` is the adapter trainer of training/model/adapter.py (the same peft LoRA adapter on the same base
+model, the same optimizer, checkpoint files, resume and fork as GRPO's) with a supervised step. Each step's loss
 is the mean over every trained token of the step: each packed row's summed loss is divided by the step's
 trained tokens, and the rows' gradients accumulate, so how the conversations were packed never changes it.
-Log-probs come from the GRPO code's `token_logprobs` (logits only at trained positions, in chunks), so the
-two run kinds compute one thing one way.
+Log-probs come from the model package's `token_logprobs` (logits only at trained positions, in chunks), as
+GRPO's do, so the two run kinds compute one thing one way.
 """
 from __future__ import annotations
 
@@ -14,26 +14,23 @@ from typing import Any
 
 import torch
 
-from training.config import ChatConfig, GRPOConfig, LoraConfig, TrainerConfig
+from training.config import ChatConfig, LoraConfig, TrainerConfig
 from training.config.sft import SFTOptions
+from training.model.adapter import AdapterTrainer
 from training.model.chat_format import encode_conversation
 from training.model.logprobs import token_logprobs
-from training.rl.trainer import Trainer
 from training.sft.packing import Encoded, Packed, pack
 from training.types import TrainingError
 
 
-class SFTTrainer(Trainer):
+class SFTTrainer(AdapterTrainer):
     def __init__(self, base_model: str, lora: LoraConfig, sft: SFTOptions, *, device: str = "cpu", seed: int = 0,
                  options: TrainerConfig | None = None, chat: ChatConfig | None = None) -> None:
         if options is not None and options.distributed != "none":
             raise TrainingError("SFT runs train in one process: set trainer.distributed to 'none'")
-        # The GRPO trainer's optimizer and memory check read these; the policy-gradient fields are unused.
-        optim = GRPOConfig(learning_rate=sft.learning_rate, weight_decay=sft.weight_decay, adam_betas=sft.adam_betas,
-                           max_grad_norm=sft.max_grad_norm, micro_batch_tokens=sft.micro_batch_tokens,
-                           micro_batch_size=1)
-        super().__init__(base_model, lora, optim, device=device, seed=seed, options=options, temperature=1.0,
-                         chat=chat)
+        super().__init__(base_model, lora, learning_rate=sft.learning_rate, adam_betas=sft.adam_betas,
+                         weight_decay=sft.weight_decay, micro_batch_tokens=sft.micro_batch_tokens, device=device,
+                         seed=seed, options=options, temperature=1.0, chat=chat)
         self.sft = sft
 
     def encode(self, conversation: Any, source: int) -> Encoded:

@@ -3,7 +3,7 @@
 A run with several training processes starts as `torchrun --standalone --nproc-per-node N -m
 webapp.execution.engine_child stdout --spec FILE`: torchrun passes no other descriptor on, so rank 0 writes the
 events to stdout (and redirects its own stdout prints to the log), every rank reads the spec from FILE, only
-rank 0 reads stdin and reports, and the other ranks train what rank 0 sends them (training/gpu/distributed.py).
+rank 0 reads stdin and reports, and the other ranks train what rank 0 sends them (training/model/gpu/distributed.py).
 
 It never imports Django. Protocol with the parent:
 - stdin, first line: {"config": RunConfig JSON, "engine": "module:function"}; later lines: {"control": state}
@@ -203,7 +203,8 @@ def main() -> int:
     from training.environments.process_guard import hide_environment
 
     hide_environment()  # its judge key and MCP headers: never readable by the MCP servers and tools it starts
-    rank = int(os.environ.get("RANK", "0"))  # as torchrun sets it (training.gpu.distributed imports torch: not yet)
+    # As torchrun sets it (training.model.gpu.distributed imports torch: not yet).
+    rank = int(os.environ.get("RANK", "0"))
     spec = json.loads(Path(args.spec).read_text() if args.spec else sys.stdin.readline())
     control = StaticControl()
     events: EventWriter | None = None
@@ -240,7 +241,7 @@ def main() -> int:
             budget = budget_from_env(on_wait=lambda key, what, limit: writer(
                 JudgeBudgetWait(key=key, what=what, limit=limit)))
             scorer = judge_scorer_from_config(config.judge, budget=budget)  # its accounting: JudgeUsage events
-        engine = _load(spec.get("engine") or "training.rl.loop:train")
+        engine = _load(spec.get("engine") or "training:train")
         extra = {}
         if "review" in inspect.signature(engine).parameters and mailbox is not None:
             # Always hooked: without a review gate the parent answers at once with the overrides made so far.

@@ -22,6 +22,7 @@ from webapp.execution.evaluation import checkpoint_evaluate_execute
 from webapp.execution.exports import checkpoint_export_execute
 from webapp.execution.mcp_testing import mcp_server_test_execute
 from webapp.execution.serving import project_server_hold
+from webapp.execution.stopping import stop_at_exit_install
 from webapp.execution.trying import try_execute, try_judge
 from webapp.execution.runner import runs_execute_in_order
 from webapp.models import Run, RunStatus
@@ -57,6 +58,9 @@ def submit(run_id: int) -> None:
         return
     with _pool_lock:
         if _pool is None:
+            # A server stopped mid-run (SIGTERM, Ctrl-C) would otherwise wait for the run to end, since shutdown
+            # joins this pool's thread: the signal makes its engine stop and the run crashed (stopping.py).
+            stop_at_exit_install()
             _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="studio-run")
         _pool.submit(_execute_in_thread, run_id)
 
@@ -73,6 +77,7 @@ _serving: set = set()  # the `serve` pool's: a server is up until it idles, so w
 def _submit_side(pool: str, work: Callable[[], object], what: str) -> None:
     with _pool_lock:
         if pool not in _side_pools:
+            stop_at_exit_install()  # as for runs: a held project server stops with the process
             _side_pools[pool] = ThreadPoolExecutor(max_workers=_SIDE_WORKERS[pool],
                                                    thread_name_prefix=f"studio-{pool}")
         future = _side_pools[pool].submit(_side_work, work, what)

@@ -30,7 +30,7 @@ from typing import Any
 from django.conf import settings
 
 from webapp.live.ingest import run_event_ingest
-from webapp.model_catalogue import HF_ID
+from webapp.model_catalogue import hub_model
 from webapp.services.runs import run_control_state, run_heartbeat
 
 log = logging.getLogger(__name__)
@@ -48,14 +48,6 @@ class ModelFetch:
     snapshot: Path | None = None
     error: str = ""
     cancelled: bool = False
-
-
-def hub_model(config: dict[str, Any]) -> str | None:
-    """The Hugging Face id the run's engine would load from the hub, or None (a directory, or downloads off)."""
-    name = str(config.get("base_model") or "").strip()
-    if not settings.STUDIO_MODEL_DOWNLOAD or not HF_ID.match(name) or ".." in name or Path(name).is_dir():
-        return None
-    return name
 
 
 def model_engine_env(env: dict[str, str], fetched: ModelFetch) -> dict[str, str]:

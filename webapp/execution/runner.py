@@ -40,10 +40,12 @@ from webapp.services.review import run_review_rewards
 from webapp.services.gpu_plans import worker_gpus_report_here
 from webapp.services.run_config import run_model_problems
 from webapp.services.runs import (
-    run_claim, run_claim_next, run_control_state, run_finish_after_engine, run_heartbeat, run_judge_budget_check, run_park,
+    run_claim, run_claim_next, run_control_state, run_finish_after_engine, run_heartbeat, run_judge_budget_check,
+    run_mark_crashed, run_park,
 )
 from webapp.execution.model_fetch import model_engine_env, run_model_fetch
 from webapp.execution.parking import kept_step_settle, park_wanted
+from webapp.execution.stopping import process_stopping
 from webapp.services.mcp_servers import run_secrets_environment
 from webapp.services.secrets import secret_decrypt
 from webapp.services.sft_runs import sft_engine_config
@@ -55,12 +57,15 @@ PARK_GRACE_S = 600.0  # how long a paused engine asked to stop for parking may t
 INGEST_RETRY_S = (0.5, 1.0, 2.0, 4.0, None)  # waits between attempts to record an event; None: give up
 # The web app's own secrets: the engine never needs them, and runs code a project configured.
 APP_SECRETS = ("SECRET_KEY", "STUDIO_ENCRYPTION_KEY", "DATABASE_URL", "REDIS_URL")
+# What a run says when the server process that ran it in-process stopped under it (stopping.py); the same advice
+# as embedded_startup gives the orphans of a process that died without a word.
+SERVER_STOPPED = "the server stopped during the run; resume to continue from the last checkpoint"
 
 
 def engine_env(run: Run) -> dict[str, str]:
     judge = run.judge_config
     # The engine gets no worker key but its judge's: litellm would otherwise find the provider's usual variable.
-    # A run that reports to W&B gets the deployment's W&B key too (training/rl/trackers.py; MLflow's variables,
+    # A run that reports to W&B gets the deployment's W&B key too (training/monitoring/trackers.py; MLflow's variables,
     # MLFLOW_TRACKING_*, are no *_API_KEY and pass as they are).
     kept = {judge.api_key_env if judge else None,
             "WANDB_API_KEY" if "wandb" in run_trackers_chosen(config=run.config or {}) else None}
@@ -156,7 +161,7 @@ def runs_execute_in_order(*, worker: str) -> dict[int, str]:
     slot is free again the moment a run finishes or parks, and takes whichever run waits longest, so a run
     launched later never starts first and a resumed parked run starts as soon as the slot is free."""
     done: dict[int, str] = {}
-    while (run_id := run_claim_next(worker=worker)) is not None:
+    while not process_stopping() and (run_id := run_claim_next(worker=worker)) is not None:
         done[run_id] = _execute_claimed(run_id=run_id, worker=worker)
     return done
 
@@ -307,6 +312,15 @@ def _pump(proc: subprocess.Popen, read_fd: int, *, run_id: int, worker: str) -> 
             # Events arrive in order, so every group of the step is a row by now: its overrides are all there.
             _write(proc, {"review": run_review_rewards(run_id=run_id, step=review_step)})
             review_step = None
+        if process_stopping():
+            # The server process running this in-process is exiting (a SIGTERM, a Ctrl-C) and is joining this
+            # thread: the run cannot go on here. It is left at once as the server's next start would leave it,
+            # crashed and resumable from its last checkpoint; what was recorded stays. Crashed first, so that the
+            # engine's exit is never reported as a failure.
+            log.warning("run %s: the server process is stopping; stopping its engine", run_id)
+            run_mark_crashed(run_id=run_id, reason=SERVER_STOPPED)
+            _stop(proc)
+            return False
         now = time.monotonic()
         try:
             if external:

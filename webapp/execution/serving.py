@@ -23,6 +23,7 @@ from training.config import ChatConfig, ServerConfig
 from training.rl.external import WILDCARDS
 
 from webapp.execution.runner import APP_SECRETS
+from webapp.execution.stopping import process_stopping
 from webapp.models import Checkpoint, ProjectServer, Run
 from webapp.services.serving import SERVED_BASE
 from webapp.storable import storable
@@ -145,6 +146,10 @@ def _hold(server_id: int, worker: str, server: object) -> str:
         if row is None or row["worker"] != worker or row["status"] != Status.READY:
             return "stopped"  # stopped by someone, or replaced by another start
         now = timezone.now()
+        if process_stopping():  # the server process holding it in-process is exiting: the caller stops it now
+            ProjectServer.objects.filter(pk=server_id, worker=worker, status=Status.READY).update(
+                status=Status.STOPPED, stopped_at=now, stop_reason="the web server process stopped")
+            return Status.STOPPED
         process = getattr(server, "process", None)
         if process is not None and process.poll() is not None:
             ProjectServer.objects.filter(pk=server_id, worker=worker).update(

@@ -19,7 +19,7 @@ from django.db import close_old_connections
 from django.utils import timezone
 
 from webapp.execution.serving import serving_env
-from webapp.live.try_channel import try_session_publish
+from webapp.live.publish import try_session_publish
 from webapp.models import Checkpoint, ProjectServer, TrySession
 from webapp.services.mcp_servers import mcp_agent_environment_options, mcp_agent_run_secrets, run_secrets_environment
 from webapp.services.serving import project_server_touch, project_server_wait, serving_adapters_load

@@ -158,7 +158,7 @@ def _on_model_download(run: Run, e: dict[str, Any]) -> dict[str, Any]:
 
 
 def _on_memory_planned(run: Run, e: dict[str, Any]) -> dict[str, Any]:
-    """How the engine shares the GPUs between vLLM and the trainer (training/gpu/memory_plan.py): shown on the run
+    """How the engine shares the GPUs between vLLM and the trainer (training/model/gpu/memory_plan.py): shown on the run
     page from this event (webapp/selectors/runs.py)."""
     sharing, reason = str(e.get("sharing") or ""), str(e.get("reason") or "")
     _set_phase(run, f"GPU sharing: {sharing}")

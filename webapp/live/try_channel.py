@@ -1,9 +1,9 @@
 """Try it's live channel (issue 48): each stored update of a session reaches the pages showing it, as it happens.
 
-Writers (webapp/execution/trying.py, webapp/services/trying.py) call `try_session_publish` once they have saved
-the session; a note goes to the session's group `try_<id>` after the commit, through the channel layer the run
-events use (publish.py): Redis between Celery workers and daphne, the in-memory layer (layers.py) with the
-embedded executor.
+Writers (webapp/execution/trying.py, webapp/services/trying.py) call publish.py's `try_session_publish` once they
+have saved the session; a note goes to the session's group `try_<id>` after the commit, through the channel layer
+the run events use: Redis between Celery workers and daphne, the in-memory layer (layers.py) with the embedded
+executor. The sending half lives in publish.py, below the services that call it; this module is the socket.
 
 Client: /ws/try/<id>/. The socket is let in as the run page's is (consumers.MemberSocket: 4401, 4404 for a
 non-member or a session of another project, 4403 when access is lost). On connect and after each note it sends
@@ -15,44 +15,21 @@ row again, so a late note never shows an older state, and the notes of one PACE_
 from __future__ import annotations
 
 import asyncio
-import logging
 import re
 import time
 from typing import Any
 
-from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
-from channels.layers import get_channel_layer
 from django.conf import settings
-from django.db import transaction
 from django.http import Http404, HttpRequest
 from django.middleware.csrf import get_token
 from django.template.loader import render_to_string
 
 from webapp.live.consumers import RECHECK_S, MemberSocket
+from webapp.live.publish import try_group
 
-log = logging.getLogger(__name__)
 CSRF_SECRET = re.compile(r"[a-zA-Z0-9]{32}")  # the cookie as Django sets it (get_token masks it)
 PACE_S = 0.1  # a page gets at most ~10 views a second, however often the columns grow
-
-
-def try_group(session_id: int) -> str:
-    return f"try_{session_id}"
-
-
-def try_session_publish(*, session_id: int) -> None:
-    """Best effort, after the commit: the row is the source of truth; a page that missed a note reads it on
-    (re)connect, or by polling while its socket is closed."""
-    def send() -> None:
-        layer = get_channel_layer()
-        if layer is None:
-            return
-        try:
-            async_to_sync(layer.group_send)(try_group(session_id), {"type": "try.changed"})
-        except Exception:  # a Redis blip must not stop the rollouts
-            log.exception("could not tell the pages of Try it session %s that it changed", session_id)
-
-    transaction.on_commit(send)
 
 
 def try_session_message(*, session_id: int, user: Any, csrf_secret: str | None) -> dict[str, Any] | None:

@@ -30,7 +30,8 @@ from webapp.operations import heartbeats
 from webapp.operations.counters import ENDPOINT_CALLS_REFUSED
 
 log = logging.getLogger(__name__)
-# The engine's step_finished timings (training/rl/loop.py, sft_loop.py, checks.py) and the stage each one names.
+# The engine's step_finished timings (training/rl/loop.py, training/sft/loop.py, training/monitoring/checks.py) and
+# the stage each one names.
 STAGES = {"rollout": "time_rollout_s", "scoring": "time_scoring_s", "wait_rollouts": "time_wait_rollouts_s",
           "train": "time_train_s", "load": "time_load_s", "eval": "time_eval_s", "step": "time_step_s"}
 # kombu's Redis transport keeps a queue's prioritised messages under these suffixes beside the plain list.

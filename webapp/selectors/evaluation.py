@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from training.rl.evaluation import verdict
+from training.monitoring.evaluation import verdict
 from webapp.models import Run
 
 MONITOR_SERIES = {"mon_length_chars": "answer length (chars)", "mon_repeat_rate": "n-gram repeat rate",

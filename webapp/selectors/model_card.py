@@ -34,7 +34,7 @@ def scenario_split(config: dict[str, Any]) -> tuple[int, int]:
     """(training scenarios, held-out scenarios) as the engine splits the stored config's scenarios: the held-out
     ids and fraction of its `evaluation`, seeded as the run was. An SFT run trains on none of them."""
     from training.config import parse_run_config
-    from training.rl.evaluation import split_scenarios
+    from training.monitoring.evaluation import split_scenarios
     from training.environments.scenarios import load_scenarios
 
     parsed = parse_run_config(config)

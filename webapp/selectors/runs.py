@@ -153,7 +153,7 @@ def _fork_origin(run: Run) -> str | None:
 
 def _scenario_split(config: dict[str, Any]) -> tuple[list[str], list[str]]:
     """The ids the run trains on and those it holds out for evaluation, split as the engine splits them."""
-    from training.rl.checks import split_for_run
+    from training.monitoring.checks import split_for_run
     from training.config import parse_run_config
     from training.types import TrainingError
     from training.environments.scenarios import load_scenarios

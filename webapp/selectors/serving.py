@@ -1,12 +1,32 @@
 """Reads for Try it and the project's server (issue 37): what the session page shows, from the rows alone."""
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.utils import timezone
 
 from training.types import trajectory_label
 from webapp.models import Checkpoint, ProjectServer, TrySession
+
+
+def project_server_problem(server: ProjectServer, *, now=None) -> str | None:
+    """Why a server the row calls starting or ready is not (its worker stopped beating, or no worker took its
+    start in time), or None."""
+    now = now or timezone.now()
+    if server.status == ProjectServer.Status.STARTING:
+        since = server.heartbeat_at or server.requested_at
+        limit = settings.STUDIO_SERVE_START_TIMEOUT_S if server.heartbeat_at is None else settings.STUDIO_STALE_AFTER_S
+        if since is not None and now - since > timedelta(seconds=limit):
+            if server.heartbeat_at is None:
+                return (f"no worker took the server's start within {limit:.0f} s (STUDIO_SERVE_START_TIMEOUT_S): "
+                        "is a worker consuming queue `serve` running?")
+            return f"the worker starting the server stopped sending heartbeats ({server.worker})"
+    if server.status == ProjectServer.Status.READY and server.heartbeat_at is not None \
+            and now - server.heartbeat_at > timedelta(seconds=settings.STUDIO_STALE_AFTER_S):
+        return f"the worker holding the server stopped sending heartbeats ({server.worker})"
+    return None
 
 
 def server_line(*, server: ProjectServer | None, session: TrySession | None = None) -> str:

@@ -1,9 +1,9 @@
 """The memory plan at launch: what GPUs the workers reported, and whether a run's config fits them.
 
-Workers report their GPUs (training.gpu.sharing.read_gpus: nvidia-smi, no CUDA in the worker process) when
+Workers report their GPUs (training.model.gpu.sharing.read_gpus: nvidia-smi, no CUDA in the worker process) when
 they start and with each run heartbeat; the reports live in the cache (Redis with Celery). With the embedded
 executor this process is the worker and reads its own GPUs. The plan itself is the engine's
-(training/gpu/memory_plan.py); this module only finds its inputs and says the result in the launch's words.
+(training/model/gpu/memory_plan.py); this module only finds its inputs and says the result in the launch's words.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def worker_gpus_report(*, worker: str, gpus: list[Any]) -> None:
 
 
 def worker_gpus_report_here(*, worker: str) -> None:
-    from training.gpu.sharing import read_gpus
+    from training.model.gpu.sharing import read_gpus
 
     worker_gpus_report(worker=worker, gpus=read_gpus())
 
@@ -38,7 +38,7 @@ def worker_gpus_report_here(*, worker: str) -> None:
 def worker_gpus_for_launch() -> tuple[str, list[Any], float | None]:
     """(where, GPUs, when reported): this process's own with the embedded executor, else the newest report of a
     worker that has GPUs (or of any worker, when none has)."""
-    from training.gpu.sharing import GpuMemory, read_gpus
+    from training.model.gpu.sharing import GpuMemory, read_gpus
 
     if settings.STUDIO_EXECUTOR == "inprocess":
         return "this server", read_gpus(), None
@@ -55,7 +55,7 @@ def run_config_memory_plan(*, config: dict[str, Any]) -> dict[str, Any]:
     `checkpointing` (whether gradient checkpointing will be on, and why)."""
     from training.config import parse_run_config
     from training.types import TrainingError
-    from training.gpu.memory_plan import gib, plan_memory, read_shape
+    from training.model.gpu.memory_plan import gib, plan_memory, read_shape
 
     where, gpus, _ = worker_gpus_for_launch()
     if not gpus:

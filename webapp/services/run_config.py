@@ -191,7 +191,7 @@ def _launch_model_problems(*, config: dict[str, Any], tools: list[dict[str, Any]
     """run_model_problems at launch. A hub model the workers fetch (webapp/execution/model_fetch.py) is checked
     in their shared cache when it is there already; when it is not, the worker checks it after fetching it."""
     from training.model.hub import cached_snapshot
-    from webapp.execution.model_fetch import hub_model
+    from webapp.model_catalogue import hub_model
 
     if (repo_id := hub_model(config)) is None:
         return _named(run_model_problems(config=config, tools=tools), config)

@@ -12,7 +12,6 @@ feature lives").
 from __future__ import annotations
 
 import time
-from datetime import timedelta
 from typing import Callable
 
 import httpx
@@ -22,6 +21,7 @@ from django.utils import timezone
 
 from webapp.execution.dispatch import SERVER_HOLD, work_enqueue
 from webapp.models import Checkpoint, Project, ProjectServer
+from webapp.selectors.serving import project_server_problem
 from webapp.server_caps import servers_admit
 from webapp.services.external_checkpoints import checkpoint_used
 
@@ -38,24 +38,6 @@ def served_adapter_name(checkpoint: Checkpoint) -> str:
 def server_headers() -> dict[str, str]:
     """The deployment's inference token, which the servers the workers start require of every request."""
     return {"Authorization": f"Bearer {settings.STUDIO_INFERENCE_TOKEN}"}
-
-
-def project_server_problem(server: ProjectServer, *, now=None) -> str | None:
-    """Why a server the row calls starting or ready is not (its worker stopped beating, or no worker took its
-    start in time), or None."""
-    now = now or timezone.now()
-    if server.status == Status.STARTING:
-        since = server.heartbeat_at or server.requested_at
-        limit = settings.STUDIO_SERVE_START_TIMEOUT_S if server.heartbeat_at is None else settings.STUDIO_STALE_AFTER_S
-        if since is not None and now - since > timedelta(seconds=limit):
-            if server.heartbeat_at is None:
-                return (f"no worker took the server's start within {limit:.0f} s (STUDIO_SERVE_START_TIMEOUT_S): "
-                        "is a worker consuming queue `serve` running?")
-            return f"the worker starting the server stopped sending heartbeats ({server.worker})"
-    if server.status == Status.READY and server.heartbeat_at is not None \
-            and now - server.heartbeat_at > timedelta(seconds=settings.STUDIO_STALE_AFTER_S):
-        return f"the worker holding the server stopped sending heartbeats ({server.worker})"
-    return None
 
 
 def project_server_request(*, project: Project, base_model: str) -> tuple[ProjectServer, bool]:

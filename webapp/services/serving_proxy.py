@@ -27,9 +27,9 @@ from webapp.services.external_proxy import (
     LOAD_S, ProxyCall, Upstream, answer_shaped, call_released, call_slot, exchange, in_db, upstream_http,
 )
 from webapp.services.external_request import RunLimits, chat_request_checked
+from webapp.selectors.serving import project_server_problem
 from webapp.services.serving import (
-    SERVED_BASE, project_server_problem, project_server_request, project_server_touch, served_adapter_name,
-    server_headers,
+    SERVED_BASE, project_server_request, project_server_touch, served_adapter_name, server_headers,
 )
 
 POLL_S = 0.25

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from training.types import trajectory_label
 from webapp.execution.dispatch import TRY_EXECUTE, TRY_JUDGE, work_enqueue
-from webapp.live.try_channel import try_session_publish
+from webapp.live.publish import try_session_publish
 from webapp.model_catalogue import BaseModelChoiceError, resolve_base_model
 from webapp.models import Agent, Checkpoint, JudgeConfig, Project, Role, RubricVersion, Scenario, ScenarioSet, TrySession
 from webapp.selectors.rewards import explanation_for_people

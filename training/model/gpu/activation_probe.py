@@ -1,7 +1,7 @@
 """The activation probe: what one decoder layer of a model's architecture, with the run's LoRA, keeps for the
 backward pass and adds at the backward's peak, measured on CPU at a small width instead of assumed.
 
-    from training.gpu.activation_probe import probe_terms
+    from training.model.gpu.activation_probe import probe_terms
     terms = probe_terms(ProbeKey(model_type="qwen2", ...))   # cached per key; a fraction of a second each
 
 How it measures (docs/gpu.md, "The activation terms"): the architecture is built from its transformers config
@@ -135,7 +135,7 @@ def _scaled_model(key: ProbeKey, head_dim: int, layers: int, vocab: int) -> Any:
         attention_bias=key.qkv_bias, use_cache=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
     dtype = getattr(torch, key.dtype)
     model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="sdpa")
-    if key.checkpointing:  # as the trainer does (training/rl/trainer.py)
+    if key.checkpointing:  # as the trainer does (training/model/adapter.py)
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     targets = [t for t in key.lora_targets if any(n.endswith(t) for n, _ in model.named_modules())]
     model = get_peft_model(model, LoraConfig(r=key.lora_r, lora_alpha=2 * key.lora_r, target_modules=targets,

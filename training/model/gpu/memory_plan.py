@@ -10,7 +10,7 @@ inference server's weights and KV cache; a verdict (fits or not, by how much) an
 fit. The launch page, the CLI and the engine's choices of `server.gpu_sharing: auto` and
 `trainer.gradient_checkpointing: auto` all read this one function.
 
-The activation terms are measured, not assumed: training/gpu/activation_probe.py runs one or two layers of the
+The activation terms are measured, not assumed: training/model/gpu/activation_probe.py runs one or two layers of the
 architecture with the run's LoRA on CPU at a small width (no weights are read); where it cannot build the
 architecture the plan falls back to assumed terms and says so. Everything else is counted from the configs
 (docs/gpu.md says how the plan compares with measured peaks).
@@ -23,8 +23,8 @@ from typing import Any
 
 from training.config import RunConfig
 from training.config.server_flags import share_flag
-from training.gpu.activation_terms import Activations, activation_bytes, activations
-from training.gpu.model_shape import DEFAULT_MAX_MODEL_LEN, ModelShape, read_shape  # noqa: F401 - read_shape: here too
+from training.model.gpu.activation_terms import Activations, activation_bytes, activations
+from training.model.gpu.model_shape import DEFAULT_MAX_MODEL_LEN, ModelShape, read_shape  # noqa: F401 - read_shape: here too
 
 GiB = 2**30
 # Per training process: the CUDA context, cuBLAS workspaces and the caching allocator's slack.

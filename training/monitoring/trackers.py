@@ -1,6 +1,6 @@
 """Experiment trackers (issue 37): a run's metrics to Weights & Biases and/or MLflow, beside the run's own events.
 
-`tracking(config, sink)` wraps the run's event sink once (training.rl.loop.train): every event still goes to `sink`
+`tracking(config, sink)` wraps the run's event sink once (training.train): every event still goes to `sink`
 first, then onto a queue that one background thread hands to each tracker. A step never waits for a tracker (the
 queue is unbounded; the `wandb` and `mlflow` imports happen on that thread), and a tracker that fails is an alert,
 not a failed run: it is dropped for the rest of the run and reported once as a `tracker_failed` event, on the
@@ -13,7 +13,7 @@ steps; each checkpoint's name (W&B: `checkpoint` in the step's row and the `chec
 W&B's project/entity/mode/dir and its key in WANDB_API_KEY; MLflow's tracking URI, experiment and its own
 MLFLOW_TRACKING_* variables. Offline use needs no account: `mode: offline` (W&B writes a local run directory) and a
 `file:` tracking URI (MLflow's file store; MLFLOW_ALLOW_FILE_STORE=true is set for it).
-A tracker with an `on_event` method is handed every event too: Langfuse (training/rl/langfuse.py) traces the
+A tracker with an `on_event` method is handed every event too: Langfuse (training/monitoring/langfuse.py) traces the
 scored trajectories themselves.
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from training.config.trackers import MlflowSettings, TrackersConfig, WandbSettings
 from training.events import (CheckpointSaved, EvaluationFinished, Event, EventSink, HeldOutLoss, RunFailed, RunFinished,
                              StepFinished, TrackerFailed)
-from training.rl.langfuse import LangfuseSettings
+from training.monitoring.langfuse import LangfuseSettings
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +161,7 @@ class TrackingSink:
         self.failures.put(TrackerFailed(tracker=name, error=f"{type(err).__name__}: {err}"[:2000]))
 
     def _start(self) -> None:
-        from training.rl.langfuse import LangfuseTracer  # its SDK is imported here, on this thread
+        from training.monitoring.langfuse import LangfuseTracer  # its SDK is imported here, on this thread
 
         for name, settings, cls in (("wandb", self.trackers.wandb, _Wandb), ("mlflow", self.trackers.mlflow, _Mlflow),
                                     ("langfuse", self.trackers.langfuse, LangfuseTracer)):

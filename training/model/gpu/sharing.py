@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from training.config import RunConfig
-from training.gpu.memory_plan import MemoryPlan, gib, plan_memory, read_shape
+from training.model.gpu.memory_plan import MemoryPlan, gib, plan_memory, read_shape
 from training.types import TrainingError
 
 

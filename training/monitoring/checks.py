@@ -1,6 +1,7 @@
-"""What the loop runs after each step besides training: the monitors, and the held-out evaluation when due.
+"""What a run's loop runs after each step besides training: the monitors, and the held-out evaluation when due.
 
-Kept out of training/rl/loop.py so the loop stays one readable page; the loop calls `RunChecks.after_step`.
+Kept out of the loops (training/rl/loop.py, training/sft/loop.py) so each stays one readable page: the GRPO loop
+calls `RunChecks.after_step`, the SFT loop `RunChecks.evaluate`.
 """
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from typing import Any
 from training.config import RunConfig
 from training.environments.scenarios import load_scenarios
 from training.events import EvaluationFinished, EventSink, MonitorAlert
-from training.rl.evaluation import Evaluator, split_scenarios
-from training.rl.monitors import Monitors, step_signals
+from training.monitoring.evaluation import Evaluator, split_scenarios
+from training.monitoring.monitors import Monitors, step_signals
 from training.types import Scenario, Scorer, TrainingError, TrajectoryGroup
 
 
@@ -68,7 +69,7 @@ async def evaluate_checkpoint(config: RunConfig, checkpoint: str | None, *, scor
 
     from training.environments import RolloutConfig, get_environment, parse_options
     from training.servers import start_server
-    from training.rl.trainer import pick_device
+    from training.model.adapter import pick_device
     from training.types import env_reward_scorer
 
     _, held_out = split_for_run(config, load_scenarios(config))

@@ -11,7 +11,7 @@ where a person's review changed it before training, `human_override` (the review
 Where it reports comes from the deployment: the host in the run's config (a site setting), the keys in the
 workers' LANGFUSE_PUBLIC_KEY / LANGFUSE_SECRET_KEY. The SDK sends in background threads; an export it could not
 deliver is noticed here and raised at the next event (or at the run's end, after a flush), which
-training/rl/trackers.py turns into a `tracker_failed` alert: never a failed run.
+training/monitoring/trackers.py turns into a `tracker_failed` alert: never a failed run.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The memory plan's activation terms for one micro-batch: from the activation probe (activation_probe.py) where
-it can build the architecture, else from assumed terms, and the plan says which (training/gpu/memory_plan.py)."""
+it can build the architecture, else from assumed terms, and the plan says which (training/model/gpu/memory_plan.py)."""
 from __future__ import annotations
 
 import logging
@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from training.gpu.activation_probe import ActivationTerms
-    from training.gpu.model_shape import ModelShape
+    from training.model.gpu.activation_probe import ActivationTerms
+    from training.model.gpu.model_shape import ModelShape
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ def _probed(shape: ModelShape, dtype_bytes: int, checkpointing: bool, lora_r: in
     if not shape.model_type:
         return None
     try:
-        from training.gpu.activation_probe import ProbeKey, probe_terms
+        from training.model.gpu.activation_probe import ProbeKey, probe_terms
 
         return probe_terms(ProbeKey(
             model_type=shape.model_type, hidden=shape.hidden, intermediate=shape.intermediate, heads=shape.heads,

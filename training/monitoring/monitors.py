@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from training.config.monitors import MonitorConfig, MonitorName
 from training.events import MonitorAlert
-from training.rl.health import sampled_entropy, truncated_share, zero_variance_share
+from training.monitoring.health import sampled_entropy, truncated_share, zero_variance_share
 from training.types import Trajectory, TrajectoryGroup
 
 def answers(t: Trajectory) -> list[str]:
