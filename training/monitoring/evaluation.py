@@ -26,8 +26,6 @@ import zlib
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from training.config.evaluation import EvaluationConfig
 from training.types import Scenario, Scorer, Trajectory, TrajectoryGroup, first_side
 

@@ -19,8 +19,6 @@ import base64
 import os
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from training.config.trackers import LangfuseSettings
 from training.events import Event, GroupScored, ReviewApplied
 from training.types import trajectory_label

@@ -9,11 +9,8 @@ alert fires when the signal crosses and again only after it has recovered. Alert
 from __future__ import annotations
 
 import statistics
-from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from training.config.monitors import MonitorConfig, MonitorName
+from training.config.monitors import MonitorConfig
 from training.events import MonitorAlert
 from training.monitoring.health import sampled_entropy, truncated_share, zero_variance_share
 from training.types import Trajectory, TrajectoryGroup

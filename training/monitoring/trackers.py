@@ -25,14 +25,11 @@ import os
 import queue
 import threading
 import time
-from typing import Any, Iterator, Literal
-
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any, Iterator
 
 from training.config.trackers import MlflowSettings, TrackersConfig, WandbSettings
 from training.events import (CheckpointSaved, EvaluationFinished, Event, EventSink, HeldOutLoss, RunFailed, RunFinished,
                              StepFinished, TrackerFailed)
-from training.monitoring.langfuse import LangfuseSettings
 
 log = logging.getLogger(__name__)
 
