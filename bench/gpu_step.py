@@ -151,6 +151,9 @@ def end_to_end_step(*, quick: bool = False) -> dict[str, Any]:
             "rollouts_s": last["time_rollout_s"], "judge_s": last["time_scoring_s"],
             "training_s": last["time_train_s"], "adapter_load_s": last["time_load_s"],
             "step_s": last["time_step_s"], "trained_sequences": last.get("trained_sequences", 0),
+            # Why a step trained nothing, when it did not: groups skipped (no reward variance, or unscored) and
+            # rollouts that failed.
+            "skipped_groups": last.get("skipped_groups"), "rollout_errors": last.get("rollout_errors"),
             "gpu_idle_share": idle,
             "idle_source": f"{reader[1]} polled every {poll.interval_s * 1000:.0f} ms" if reader and poll
             else "not measured (no NVML, no nvidia-smi)"}

@@ -62,7 +62,7 @@ def test_the_quick_gpu_check_fills_the_budget_batches_sampling_and_writes_its_ta
 
 def test_the_end_to_end_step_times_each_stage_against_the_judge_double_on_a_cpu():
     step = end_to_end_step(quick=True)
-    assert step["step"] == 2 and step["trained_sequences"] > 0 and step["judge"].startswith("the judge double")
+    assert step["step"] == 2 and step["trained_sequences"] > 0 and step["judge"].startswith("the judge double"), step
     assert all(step[k] > 0 for k in ("rollouts_s", "judge_s", "training_s", "adapter_load_s", "step_s")), step
     assert step["gpu_idle_share"] is None and step["idle_source"].startswith("not measured")
     assert "| rollouts (incl. judge) |" in step_table(step)
