@@ -46,15 +46,20 @@ def _engines(pid: int) -> list[psutil.Process]:
     return _children(pid, "webapp.execution.engine_child")
 
 
-def _stop_timed(served) -> float:
-    """SIGTERM, as Ctrl-C or a service manager sends; the seconds until the process exited (120 at most)."""
+def _stops_promptly(served, children: list[psutil.Process], what: str, *, explain) -> None:
+    """SIGTERM, as Ctrl-C or a service manager sends: the server exits within EXIT_WITHIN_S (waited for up to
+    120 s, and the time printed) and none of `children` outlives it."""
     stopped = time.monotonic()
     served.proc.terminate()
     try:
         served.proc.wait(timeout=120)
     except subprocess.TimeoutExpired:
         pass
-    return time.monotonic() - stopped
+    took = time.monotonic() - stopped
+    print(f"SIGTERM to exit of the server {what}: {took:.1f} s")
+    assert served.proc.returncode is not None and took < EXIT_WITHIN_S, (
+        f"the server took {took:.1f} s to exit after SIGTERM\n{explain()}")
+    assert not [p.pid for p in children if _alive(p)], f"a child of the server ({what}) outlived it"
 
 
 def test_a_server_stopped_mid_run_exits_at_once_and_leaves_the_run_crashed_with_its_groups_for_resume(
@@ -69,11 +74,7 @@ def test_a_server_stopped_mid_run_exits_at_once_and_leaves_the_run_crashed_with_
         assert _status(run) == RunStatus.RUNNING and engines, run_story(run)
         kept = set(run.groups.values_list("pk", flat=True))  # a group is a row once it was scored
 
-        took = _stop_timed(served)
-        print(f"SIGTERM to exit of the server mid-run: {took:.1f} s")
-        assert served.proc.returncode is not None and took < EXIT_WITHIN_S, (
-            f"the server took {took:.1f} s to exit after SIGTERM\n{run_story(run)}")
-        assert not [p.pid for p in engines if _alive(p)], "the run's engine outlived the server"
+        _stops_promptly(served, engines, "mid-run", explain=lambda: run_story(run))
     finally:
         stop_daphne(served)
 
@@ -108,11 +109,7 @@ def test_a_server_stopped_while_it_holds_a_project_inference_server_stops_that_s
         inference = _children(served.proc.pid, "training.servers")
         assert ProjectServer.objects.get().status == ProjectServer.Status.READY and inference
 
-        took = _stop_timed(served)
-        print(f"SIGTERM to exit of the server holding a project server: {took:.1f} s")
-        assert served.proc.returncode is not None and took < EXIT_WITHIN_S, (
-            f"the server took {took:.1f} s to exit after SIGTERM:\n{served.log.read_text()[-3000:]}")
-        assert not [p.pid for p in inference if _alive(p)], "the project's inference server outlived the web server"
+        _stops_promptly(served, inference, "holding a project server", explain=lambda: served.log.read_text()[-3000:])
     finally:
         stop_daphne(served)
     row = ProjectServer.objects.get()
