@@ -70,18 +70,12 @@ async def _until(condition: Callable[[], bool], timeout_s: float = 30.0) -> None
 async def test_two_runs_on_one_key_never_exceed_its_shared_limit(judge_double: JudgeDouble, spec_for) -> None:
     spec = spec_for(concurrency=3)
     child = _other_run(spec, judge_double.api_base, "child", 6, 4)  # starts while this process gets ready
-    lock, in_flight, seen_together = threading.Lock(), {"child": 0, "here": 0}, []
     go = threading.Event()  # the other run's first requests wait until this run waits for the key too
     score_rule = JudgeDouble.score_by(lambda text: 0.8 if "quality 0.8" in text else 0.2)
 
     def slow(request: RecordedRequest) -> Any:
         go.wait(30)
-        with lock:
-            in_flight[_tag(request)] += 1
-            seen_together.append(dict(in_flight))
         time.sleep(0.1)
-        with lock:
-            in_flight[_tag(request)] -= 1
         return score_rule(request)
 
     judge_double.responder = slow
@@ -100,7 +94,11 @@ async def test_two_runs_on_one_key_never_exceed_its_shared_limit(judge_double: J
     assert out.strip() == "scored 6" and child.returncode == 0
     assert len(judge_double.requests) == 11
     assert judge_double.max_in_flight == 3  # the key's limit, reached and never passed
-    assert any(s["child"] and s["here"] for s in seen_together)  # both runs were at the judge at once
+    # Both got their turn: this run queued for the key before the other run's 5th and 6th requests did (they
+    # follow its first answers, which wait for this run to queue), so its first request went ahead of them.
+    # An order, not a moment both were at the judge: that depends on when each process polls.
+    tags = [_tag(r) for r in judge_double.requests]
+    assert tags.index("here") < [i for i, tag in enumerate(tags) if tag == "child"][4], tags
     assert waits and waits[0] == (KEY, "concurrency", 3.0)  # the run said it waited for the key's budget
 
 
