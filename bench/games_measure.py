@@ -43,8 +43,8 @@ from training import run
 from training.config import RunConfig
 from training.environments import RolloutConfig, get_environment, parse_options
 from training.events import EvaluationFinished, Event, GroupScored
-from training.fixtures.examples import EXAMPLES
-from training.fixtures.tiny_games_model import ensure_tiny_games_model
+from training.fixtures.examples import EXAMPLES, tiny_recipe
+from training.fixtures.tiny_games_model import SFT_STEPS, ensure_tiny_games_model
 from training.monitoring.evaluation import BASE, CHECKPOINT, compare_group, win_rate_summary
 from training.types import Scenario, Trajectory, first_side
 
@@ -66,6 +66,7 @@ def game_config(game: str, *, model_dir: Path, out: Path, steps: int, seed: int,
                 held_out: int = 24) -> RunConfig:
     key, max_tokens = GAMES[game]
     example = EXAMPLES[key]
+    recipe = tiny_recipe(steps=steps)  # the examples' recipes' settings (training/fixtures/examples.py)
     scenarios, evaluation = example.scenarios(train, held_out, seed=100 + seed)
     evaluation = evaluation if game in EVALUATED else []
     records = [{"id": s.id, "user_message": s.user_message, "reference": s.reference, "metadata": s.metadata}
@@ -75,9 +76,9 @@ def game_config(game: str, *, model_dir: Path, out: Path, steps: int, seed: int,
         "scenarios": records,
         "environment": {"kind": example.environment_kind, "options": example.environment_options},
         "sampling": {"temperature": 1.0, "max_tokens": max_tokens},
-        "grpo": {"group_size": 8, "groups_per_step": 4, "learning_rate": 2e-3, "micro_batch_size": 16,
-                 "max_grad_norm": 1.0},
-        "lora": {"r": 8, "alpha": 16},
+        "grpo": {"group_size": recipe["group_size"], "groups_per_step": recipe["groups_per_step"],
+                 "learning_rate": recipe["learning_rate"], "micro_batch_size": 16, "max_grad_norm": 1.0},
+        "lora": recipe["overrides"]["lora"],
         "evaluation": {"held_out_ids": [s.id for s in evaluation], "every": steps, "samples": SAMPLES}
         if evaluation else {},
         "steps": steps, "output_dir": str(out), "seed": seed,
@@ -116,7 +117,7 @@ async def play_held_out(config: RunConfig, checkpoint: Path, held_out: list[Scen
     """The held-out scenarios played `samples` times each by the checkpoint and by the base, the environment set
     to `options`: (the evaluation's summary of checkpoint over base on env reward, each side's games as records).
     A game with several seats is counted on its first (the one the run's evaluation compares)."""
-    from training.servers import start_server
+    from training.servers import close_client, start_server
     from training.model.adapter import pick_device
 
     env = get_environment(config.environment.kind)
@@ -136,7 +137,10 @@ async def play_held_out(config: RunConfig, checkpoint: Path, held_out: list[Scen
         async def both(scenario: Scenario) -> tuple[list[Trajectory], list[Trajectory]]:
             return await asyncio.gather(games(model, scenario), games(server.model_name, scenario))
 
-        played = await asyncio.gather(*(both(s) for s in held_out))  # all at once: the server batches them
+        try:
+            played = await asyncio.gather(*(both(s) for s in held_out))  # all at once: the server batches them
+        finally:
+            await close_client(client)
         comparisons, records = [], {CHECKPOINT: [], BASE: []}
         for scenario, (mine, theirs) in zip(held_out, played):
             for t in mine + theirs:
@@ -175,25 +179,30 @@ def main() -> None:
     parser.add_argument("--game", choices=[*GAMES, "both"], default="both")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--seeds", type=int, default=1)
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1")
     parser.add_argument("--held-out", type=int, default=24, help="held-out scenarios per seed")
+    parser.add_argument("--train", type=int, default=32, help="training scenarios per seed")
     parser.add_argument("--out", type=Path, default=ROOT / "var" / "games-measure")
     parser.add_argument("--model-dir", type=Path, default=ROOT / "var" / "tiny-games-model")
+    parser.add_argument("--warm-up-steps", type=int, default=SFT_STEPS,
+                        help="SFT steps of the tiny games model's warm-up (a model built with others is rebuilt)")
     args = parser.parse_args()
-    model_dir = ensure_tiny_games_model(args.model_dir)
+    model_dir = ensure_tiny_games_model(args.model_dir, sft_steps=args.warm_up_steps)
     for game in EVALUATED if args.game == "both" else [args.game]:
-        for seed in range(args.seeds):
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
             out = args.out / f"{game}-{seed}-{int(time.time())}"
             started = time.monotonic()
             formats = FormatBySteps()
             config = game_config(game, model_dir=model_dir, out=out, steps=args.steps, seed=seed,
-                                 held_out=args.held_out)
+                                 train=args.train, held_out=args.held_out)
             summary = run(config, sink=formats)
             train_formed, train_skill = formats.by_step()
             history = summary.history
             last = history[-1] if history else {}
             first = history[0] if history else {}
             apart = skill(game, config, summary.last_checkpoint.path if summary.last_checkpoint else None,
-                          held_out_scenarios(game, seed=seed, held_out=args.held_out), formats.evaluation)
+                          held_out_scenarios(game, seed=seed, train=args.train, held_out=args.held_out),
+                          formats.evaluation)
             print(json.dumps({
                 "game": game, "seed": seed, "steps": summary.steps_done,
                 "minutes": round((time.monotonic() - started) / 60, 1),

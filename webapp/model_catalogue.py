@@ -106,8 +106,8 @@ def default_entries(base_dir: Path) -> dict[str, ModelEntry]:
         source=str(base_dir / "var" / "tiny-games-model"),
         context_length=int(GAMES_SHAPE["max_position_embeddings"]),
         description="The tiny offline games model (no download; `python -m training.fixtures.tiny_games_model` builds it): "
-                    "the Tic Tac Toe, Codenames and Temporal Clue examples' own model, warmed up on the Tic Tac Toe "
-                    "and Temporal Clue answer formats.")}
+                    "the Tic Tac Toe, Codenames and Temporal Clue examples' own model, warmed up on their answer "
+                    "formats.")}
 
 
 def parse_catalogue(raw: str | None, *, base_dir: Path) -> dict[str, ModelEntry]:

@@ -159,10 +159,35 @@
       const step = Number(card.dataset.step);
       return step < data.step || (step === data.step && Number(card.dataset.index) > data.group_index);
     });
+    const shown = list.querySelectorAll(":scope > [data-step]").length;
     if (after) list.insertBefore(slot, after);
     else if (list.querySelector(":scope > button")) list.insertBefore(slot, list.querySelector(":scope > button"));
     else list.appendChild(slot);
-    fetchInto(groupUrl(data.group_id), "#" + id, "outerHTML");
+    keepShown(list, shown);
+    if (slot.isConnected) fetchInto(groupUrl(data.group_id), "#" + id, "outerHTML");
+  }
+
+  // A reload shows the newest groups a page at a time, "Older groups" after them. Live, the list keeps as many
+  // cards as it had (a page at least; more once older ones were asked for): the oldest goes as a new one comes,
+  // and the button asks for the groups after the cards shown. Unbounded, a long run's page grew by a card a group.
+  function keepShown(list, shown) {
+    const keep = Math.max(shown, Number(live.dataset.groupsPage));
+    const cards = Array.from(list.querySelectorAll(":scope > [data-step]"));
+    if (cards.length <= keep) return;
+    cards.slice(keep).forEach((card) => card.remove());
+    let more = list.querySelector(":scope > button");
+    if (!more) {
+      more = document.createElement("button");
+      more.className = "button";
+      more.textContent = "Older groups";
+      more.setAttribute("hx-get", live.dataset.groupsUrl);
+      more.setAttribute("hx-swap", "outerHTML");
+      list.appendChild(more);
+    }
+    const url = new URL(more.getAttribute("hx-get"), window.location.origin);
+    url.searchParams.set("offset", String(keep));
+    more.setAttribute("hx-get", url.pathname + url.search);
+    if (window.htmx) htmx.process(more);
   }
 
   function refreshStepCards(step) {

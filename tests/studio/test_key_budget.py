@@ -136,18 +136,20 @@ async def test_a_holder_killed_mid_request_frees_its_slot(judge_double: JudgeDou
 async def test_the_keys_rate_spaces_the_requests_of_every_run(judge_double: JudgeDouble, spec_for) -> None:
     judge_double.responder = JudgeDouble.score_by(lambda text: 0.5)
     await score(judge_scorer_from_config(judge_config(judge_double.api_base, 1)), "warm-up", 1)  # no budget
-    spec = spec_for(per_minute=300)  # one request start every 0.2 s, for all runs together
+    spec = spec_for(per_minute=60)  # one request start a second, for all runs together
     # Two runs' scorers, each with a budget of its own: they share nothing but the store.
     first, second = (judge_scorer_from_config(judge_config(judge_double.api_base, 8), budget=KeyBudget(spec))
                      for _ in range(2))
 
-    await asyncio.gather(score(first, "here", 3), score(second, "here-too", 3))
+    began = time.monotonic()
+    await asyncio.gather(score(first, "here", 2), score(second, "here-too", 2))
 
     starts = sorted(r.received_at for r in judge_double.requests[1:])
-    gaps = sorted(b - a for a, b in zip(starts, starts[1:]))
-    assert len(starts) == 6
-    assert gaps[len(gaps) // 2] >= 0.15  # 0.2 s apart, less the jitter of the way to the judge
-    assert starts[-1] - starts[0] >= 0.8  # five gaps: all at once without the budget
+    assert len(starts) == 4
+    # The k-th request may start k seconds after the first reservation, which is after `began`; without the budget
+    # all four come within a fraction of a second. A bound from below: a busy machine can only make a request later
+    # than its turn (two may then arrive close together: gaps between arrivals are not what the budget promises).
+    assert all(start - began >= k - 0.01 for k, start in enumerate(starts)), [s - began for s in starts]
 
 
 def test_limits_name_judge_key_variables_and_limit_something() -> None:

@@ -3,6 +3,7 @@ the game examples take it when no model is chosen (never the 2048 model, on whic
 is built the example form and the launch say which command builds it."""
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -58,3 +59,24 @@ def test_a_game_examples_run_on_the_games_model_not_built_yet_is_refused_saying_
     said = re.search(r'<div class="field-errors" id="err-agent"[^>]*>(.*?)</div>', said, re.S).group(1)
     assert f"base model {GAMES_MODEL}: no such directory on this machine" in said and BUILDS_IT in said
     assert str(tmp_path) not in said
+
+
+@pytest.mark.parametrize("example", ["tictactoe-random", "game_2048"])
+def test_the_launch_form_after_an_example_opens_on_the_settings_it_learns_with(client, example):
+    from training.fixtures.examples import EXAMPLES
+    from webapp.services import run_config as defaults
+
+    project = project_factory()
+    client.force_login(project.owner)
+    created = client.post(reverse("agent-from-example", args=[project.id]),
+                          {"example": example, "base_model": "", "scenarios": 3, "held_out": 1})
+    recipe = EXAMPLES[example].recipe
+    form = client.get(created.url).context["form"]
+    for field in ("steps", "group_size", "groups_per_step", "learning_rate"):
+        assert form[field].value() == recipe[field], field
+    assert json.loads(form["overrides"].value()) == recipe["overrides"]
+    assert recipe["learning_rate"] != defaults.DEFAULT_LEARNING_RATE  # the launch form's own would not move it
+    # Not from an example (or a name that is none): the form's own defaults.
+    for query in ("", "?example=no-such-example"):
+        form = client.get(reverse("run-launch", args=[project.id]) + query).context["form"]
+        assert form["learning_rate"].value() == defaults.DEFAULT_LEARNING_RATE and not form["overrides"].value()

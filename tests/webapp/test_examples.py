@@ -94,7 +94,8 @@ def test_after_creating_an_example_agent_the_launch_form_has_it_and_no_judge_or_
                           {"example": "codenames", "base_model": "tiny-2048", "scenarios": 3, "held_out": 1})
     agent = Agent.objects.get(project=project)
     scenario_set = ScenarioSet.objects.get(project=project)
-    assert created.url == f"{reverse('run-launch', args=[project.id])}?agent={agent.id}&scenario_set={scenario_set.id}"
+    assert created.url == (f"{reverse('run-launch', args=[project.id])}?agent={agent.id}"
+                           f"&scenario_set={scenario_set.id}&example=codenames")
     launch = client.get(created.url).content.decode()
     assert f'<option value="{agent.id}" selected>' in launch
     assert f'<option value="{scenario_set.id}" selected>' in launch

@@ -62,6 +62,27 @@ def board_seed(scenario: Scenario) -> int:
     return int(scenario.metadata.get("seed", zlib.crc32(scenario.id.encode())))
 
 
+def spymaster_prompt(game: rules.Game, round_no: int, news: str) -> str:
+    keyed = rules.render_board(game, with_key=True)
+    return f"{news}Round {round_no}. The board, with the key in parentheses and revealed words in brackets:\n{keyed}"
+
+
+def guesser_prompt(game: rules.Game, round_no: int, news: str, clue: tuple[str, int]) -> str:
+    word, number = clue
+    return (f"{news}Round {round_no}. The board, revealed words in brackets:\n"
+            f"{rules.render_board(game, with_key=False)}\nClue: {word} {number}. Pick at most {number + 1} words.")
+
+
+def round_news(game: rules.Game, guesses: list[str], number: int, rng: random.Random) -> str:
+    """Reveals the guesses, then (unless the game is over) the other team's word; what both players hear next."""
+    shown = rules.reveal(game, guesses, number)
+    news = "Last round: " + (", ".join(f"{w} was {side}" for w, side in shown) or "no guess") + ". "
+    if not game.over:
+        theirs = rules.their_turn(game, rng)
+        news += f"The other team revealed {theirs}. " if theirs else ""
+    return news
+
+
 @register("codenames")
 class CodenamesEnvironment(Environment):
     Options = CodenamesOptions
@@ -86,29 +107,19 @@ class CodenamesEnvironment(Environment):
         clues: list[str] = []
         news = ""  # what happened last round, told to both at the start of the next
         for round_no in range(1, options.rounds + 1):
-            spy = players[SPYMASTER]
-            keyed = rules.render_board(game, with_key=True)
-            said = await self._say(spy, client, config, f"{news}Round {round_no}. The board, with the key in "
-                                   f"parentheses and revealed words in brackets:\n{keyed}")
+            said = await self._say(players[SPYMASTER], client, config, spymaster_prompt(game, round_no, news))
             clue = rules.parse_clue(said, game)
             if isinstance(clue, str):
                 game.over = f"spymaster: {clue}"
                 break
             word, number = clue
             clues.append(f"{word} {number}")
-            said = await self._say(players[GUESSER], client, config, f"{news}Round {round_no}. The board, revealed "
-                                   f"words in brackets:\n{rules.render_board(game, with_key=False)}\nClue: {word} "
-                                   f"{number}. Pick at most {number + 1} words.")
+            said = await self._say(players[GUESSER], client, config, guesser_prompt(game, round_no, news, clue))
             guesses = rules.parse_guesses(said)
             if guesses is None:
                 game.over = "guesser: no guesses in the form <guess>word, word</guess>"
                 break
-            shown = rules.reveal(game, guesses, number)
-            news = "Last round: " + (", ".join(f"{w} was {side}" for w, side in shown) or "no guess") + ". "
-            if game.over:
-                break
-            theirs = rules.their_turn(game, rng)
-            news += f"The other team revealed {theirs}. " if theirs else ""
+            news = round_news(game, guesses, number, rng)
             if game.over:
                 break
         reward = rules.reward(game)

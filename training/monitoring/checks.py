@@ -68,7 +68,7 @@ async def evaluate_checkpoint(config: RunConfig, checkpoint: str | None, *, scor
     from pathlib import Path
 
     from training.environments import RolloutConfig, get_environment, parse_options
-    from training.servers import start_server
+    from training.servers import close_client, start_server
     from training.model.adapter import pick_device
     from training.types import env_reward_scorer
 
@@ -98,6 +98,9 @@ async def evaluate_checkpoint(config: RunConfig, checkpoint: str | None, *, scor
                            scorer=scorer or env_reward_scorer, sink=sink)
         label = Path(checkpoint).name.removeprefix("step_") if checkpoint else "0"
         step = int(label) if label.isdigit() else 0  # checkpoints/step_0030 -> 30
-        return await checks.evaluate(step, client, model=model, base_model=base_model)
+        try:
+            return await checks.evaluate(step, client, model=model, base_model=base_model)
+        finally:
+            await close_client(client)
     finally:
         server.stop()

@@ -74,7 +74,7 @@ async def train_grpo(config: RunConfig, *, scorer: Scorer | None = None, sink: E
     from training.model.adapter import pick_device, release_cached_memory
     from training.model.gpu import distributed
     from training.rl.trainer import Trainer
-    from training.servers import start_server
+    from training.servers import close_client, start_server
 
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -128,7 +128,7 @@ async def train_grpo(config: RunConfig, *, scorer: Scorer | None = None, sink: E
 
     history: list[dict[str, Any]] = []
     step = start
-    server = None
+    server = client = None
     # Every trainer call runs on this one thread: torch's CPU thread pool is per thread, and a fresh executor
     # thread each step (asyncio.to_thread) measured 1.5-2.5x slower. Optimizer state is written on another.
     trainer_thread = ThreadPoolExecutor(1, thread_name_prefix="trainer")
@@ -371,6 +371,8 @@ async def train_grpo(config: RunConfig, *, scorer: Scorer | None = None, sink: E
         trainer_thread.shutdown(wait=True)
         if threads_before is not None:
             set_threads(threads_before)
+        if client is not None:
+            await close_client(client)
     status = "completed" if step > config.steps else "cancelled"
     steps_done = checkpoint.step if checkpoint else 0
     sink(RunFinished(status=status, steps_done=steps_done))

@@ -14,6 +14,7 @@ May import training's top modules and the model and gpu packages; never a run ki
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import signal
 import socket
@@ -28,6 +29,20 @@ import httpx
 from training.config import ChatConfig, ServerConfig
 from training.servers.serving import TOKEN_ENV, bind_refusal, inference_token
 from training.types import TrainingError
+
+log = logging.getLogger(__name__)
+
+
+async def close_client(client: Any) -> None:
+    """Closes an `async_client()` in the event loop it ran in: left to the garbage collector, the OpenAI client's
+    close is scheduled on a loop that asyncio.run has already closed ("Event loop is closed" at the end of a run).
+    The in-process client closes at once. Called last when a run ends: an error here is only logged."""
+    try:
+        closing = client.close()
+        if hasattr(closing, "__await__"):
+            await closing
+    except Exception as err:  # noqa: BLE001 - tidying up must not hide the run's own outcome
+        log.warning("closing the inference client failed: %s", err)
 
 
 class InferenceServer:

@@ -65,6 +65,7 @@ async def train_sft(config: RunConfig, *, scorer: Scorer | None = None, sink: Ev
     """Trains an SFT run. No review gate or inbox: nothing is scored."""
     from training.sft.trainer import SFTTrainer
     from training.model.adapter import pick_device
+    from training.servers import close_client
 
     options = config.sft or SFTOptions()
     control = control or StaticControl()
@@ -83,6 +84,7 @@ async def train_sft(config: RunConfig, *, scorer: Scorer | None = None, sink: Ev
     checkpoint = latest_checkpoint(out)
     step = start = checkpoint.step + 1 if checkpoint else 1
     history: list[dict[str, Any]] = []
+    evaluation: dict[str, Any] = {}  # its server, client and checks, started when first due
 
     async def on_trainer(fn: Any, *args: Any) -> Any:
         return await loop.run_in_executor(getattr(server, "executor", None) or trainer_thread, fn, *args)
@@ -105,7 +107,6 @@ async def train_sft(config: RunConfig, *, scorer: Scorer | None = None, sink: Ev
                         checkpoint_path=str(checkpoint.path) if checkpoint else "",
                         adapter_name=checkpoint.adapter_name if checkpoint else ""))
         saved_step = checkpoint.step if checkpoint else 0
-        evaluation: dict[str, Any] = {}
         if held_rows and start == 1:  # where the curve starts: the model before any step
             loss, tokens = await on_trainer(trainer.held_out_loss, held_rows)
             sink(HeldOutLoss(step=0, loss=loss, tokens=tokens, conversations=len(held_rows)))
@@ -166,6 +167,8 @@ async def train_sft(config: RunConfig, *, scorer: Scorer | None = None, sink: Ev
         if server is not None:
             server.stop()
         trainer_thread.shutdown(wait=True)
+        if evaluation:
+            await close_client(evaluation["client"])
     steps_done = checkpoint.step if checkpoint else 0
     sink(RunFinished(status=status, steps_done=steps_done))
     return RunSummary(status=status, steps_done=steps_done, last_checkpoint=checkpoint, history=history)

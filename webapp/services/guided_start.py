@@ -8,8 +8,6 @@ rows the page listed.
 """
 from __future__ import annotations
 
-from typing import Any
-
 from django.db import transaction
 
 from webapp.models import Project, Run
@@ -20,13 +18,6 @@ from webapp.services.runs import run_launch
 
 SCENARIOS = 32  # to train on: enough that a short run sees a new board or position in most groups
 HELD_OUT = 8  # kept for the evaluation, which compares the trained agent with the base on what it never saw
-# A first run's settings: the launch form's defaults, except where an example's own model needs its recipe (the
-# tiny 2048 model learns at `make demo`'s settings, training/fixtures/demo.py; at the default rate it would not move).
-FIRST_RUNS: dict[str, dict[str, Any]] = {
-    "game_2048": {"steps": 20, "group_size": 8, "groups_per_step": 4, "learning_rate": 2e-3,
-                  "overrides": {"lora": {"r": 8, "alpha": 16}, "evaluation": {"every": 5, "samples": 4}}},
-}
-
 
 def _project_name(user, title: str) -> str:
     taken = set(Project.objects.filter(owner=user, name__startswith=title).values_list("name", flat=True))
@@ -43,9 +34,10 @@ def guided_start_launch(*, user, project: Project | None, example: str, base_mod
     token = (launch_token or "")[:64]
     if token and (twin := Run.objects.filter(launch_token=token, created_by=user).first()) is not None:
         return twin
+    # The launch form's defaults, except what the example's recipe sets (training/fixtures/examples.py).
     recipe = {"steps": defaults.DEFAULT_STEPS, "group_size": defaults.DEFAULT_GROUP_SIZE,
               "groups_per_step": defaults.DEFAULT_GROUPS_PER_STEP, "learning_rate": defaults.DEFAULT_LEARNING_RATE,
-              **FIRST_RUNS.get(example, {})}
+              **(EXAMPLES[example].recipe if example in EXAMPLES else {})}
     with transaction.atomic():
         if project is None:
             title = EXAMPLES[example].title if example in EXAMPLES else "First agent"

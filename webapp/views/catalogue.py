@@ -56,6 +56,7 @@ def agent_create(request: HttpRequest, project_id: int) -> HttpResponse:
 
 @login_required
 def agent_from_example(request: HttpRequest, project_id: int) -> HttpResponse:
+    from training.fixtures.examples import EXAMPLES
     from webapp.services.examples import agent_from_example as create
     from webapp.services.examples import example_model_notes
 
@@ -64,10 +65,12 @@ def agent_from_example(request: HttpRequest, project_id: int) -> HttpResponse:
 
     def save(data):
         agent, scenario_set = create(user=request.user, project=project, **data)
+        recipe = "; the settings it was measured to learn with" if EXAMPLES[data["example"]].recipe else ""
         messages.success(request, f"agent {agent.name!r} and scenario set {scenario_set.name!r} created: launch "
-                                  "a run with them (the game's own reward; no judge unless you choose one)")
+                                  f"a run with them (the game's own reward; no judge unless you choose one{recipe})")
         # Straight to the launch form with both chosen: a newcomer's next step, with the example's defaults.
-        return redirect(f"{reverse('run-launch', args=[project.id])}?agent={agent.id}&scenario_set={scenario_set.id}")
+        return redirect(f"{reverse('run-launch', args=[project.id])}?agent={agent.id}&scenario_set={scenario_set.id}"
+                        f"&example={data['example']}")
 
     return handle_form(request, form, save, FORM_PAGE, {
         "project": project, "title": "New agent from an example",

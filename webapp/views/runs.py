@@ -11,6 +11,7 @@ from django.shortcuts import redirect, render
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_POST, require_safe
 
+from training.fixtures.examples import EXAMPLES
 from webapp.input_rules import whole_number
 from webapp.selectors import access, review as review_selectors, rewards as reward_selectors, runs as run_selectors
 from webapp.selectors import queue as queue_selectors
@@ -53,6 +54,8 @@ def run_launch(request: HttpRequest, project_id: int) -> HttpResponse:
             initial[field] = chosen
     if "dataset" in initial:
         initial["kind"] = "sft"
+    elif (example := EXAMPLES.get(request.GET.get("example", ""))) is not None:  # "New agent from an example"
+        initial.update(example.recipe)  # the settings it learns with (training/fixtures/examples.py)
     form = LaunchForm(request.POST or None, project=project, initial=initial)
 
     def save(_cleaned):
@@ -96,6 +99,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         **_run_context(request, run), **_steps(run), "groups": groups,
         "search_form": search_form, "search": search, "search_query": request.GET.urlencode(),
         "more_groups": run_selectors.run_group_count(run=run, search=search) > len(groups), "next_offset": len(groups),
+        "groups_page": GROUPS_PER_PAGE,  # live, the list keeps a page of the newest (run.js)
         "rewards": reward_selectors.groups_view(run=run, groups=groups),
         "checkpoints": run.checkpoints.order_by("step_index"), "chart": run_selectors.run_chart_data(run=run),
         "retention": run_retention_view(run=run),  # what the checkpoint policy keeps and why
