@@ -109,6 +109,9 @@ def repeat(args: argparse.Namespace) -> int:
     if not (venv / "bin" / "python").exists():
         sys.exit(f"no virtual environment at {venv} (make venv, or pass --venv)")
     with tempfile.TemporaryDirectory(prefix="studio-repeat-") as tmp:
+        # Readable by others, as a clone in an ordinary folder is: the stdio MCP attack test runs its server as
+        # `nobody` (tests/security/test_mcp_stdio_attacks.py), which a private temporary folder (0700) refused.
+        os.chmod(tmp, 0o755)
         clone = Path(tmp) / "clone"
         subprocess.run(["git", "clone", "--quiet", "--no-hardlinks", str(ROOT), str(clone)], check=True)
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=clone, capture_output=True, text=True,
