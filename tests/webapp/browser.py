@@ -3,6 +3,8 @@
 - `launch_chromium()`: a context manager that yields a launched chromium. The test may use the ORM inside it, and
   every database connection opened inside is closed before the block ends (issue 44).
 - `log_in(page, server, username)`: signs a test user in through the login form.
+- `live_settled(page, read)`: what a live run page shows once the fragments its last events asked for have landed,
+  to compare with a reload.
 - `outside_the_loop(fn, ...)`: calls a service that publishes to the live pages (an engine event's ingest, an
   override) from inside the block, where the publish itself cannot run (below). A live publish that fails in the
   block fails the test when the block ends: a page that was meant to get it live would only show it on reload.
@@ -113,3 +115,27 @@ def log_in(page: Page, server: str, username: str) -> None:
     page.fill("#id_username", username)
     page.fill("#id_password", PASSWORD)
     page.click("button[type=submit]")
+
+
+# A group announced live gets an empty slot (this id, no class) until its card's fragment arrives.
+GROUP_SLOTS = "() => document.querySelectorAll('#groups div[id^=group-]').length"
+
+
+def live_settled(page: "Page", read: Callable[[], T], *, quiet_s: float = 0.5, timeout: float = 60) -> T:
+    """`read()` of a live run page once its updates have landed: no group slot waiting for its card, and the same
+    answer twice `quiet_s` apart. The header's new state can arrive before the cards of the events that came
+    before it (each is a fetch of its own), so a read at the moment the header changes can miss a card that a
+    reload shows (CI: a live page read at "Paused" lacked the held step's groups). A page that never shows what a
+    reload shows still differs after this."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        if page.evaluate(GROUP_SLOTS) == 0:
+            now = read()
+            if now == last:
+                return now
+            last = now
+        time.sleep(quiet_s)
+    raise AssertionError(f"the live page kept changing (or kept a group slot without its card) for {timeout} s")

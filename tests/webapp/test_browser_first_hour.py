@@ -11,7 +11,7 @@ import pytest
 
 from tests.judge_double import JudgeDouble, marker_or_brevity
 from tests.webapp.factories import TEST_TINY_MODEL, user_factory
-from tests.webapp.browser import SHOTS, launch_chromium, log_in
+from tests.webapp.browser import SHOTS, launch_chromium, live_settled, log_in
 from tests.webapp.test_browser import server  # noqa: F401 - the daphne fixture
 from webapp.models import Project, Run, RunStatus, ScoreOverride
 
@@ -66,8 +66,8 @@ def test_a_newcomer_clicks_from_no_project_to_a_live_run_an_override_and_a_playg
         expect(page.locator("#groups .group tr.trajectory").first).to_be_visible(timeout=120_000)
         page.click("#pause")  # hold the run still while the newcomer looks around
         expect(page.locator("#run-status")).to_have_text("Paused", timeout=120_000)
+        live = live_settled(page, lambda: _cards(page))
         assert page.evaluate("window.__sameDocument") is True
-        live = _cards(page)
         page.screenshot(path=str(SHOTS / "first-hour-live-run.png"), full_page=True)
         page.reload()
         assert live and _cards(page) == live

@@ -13,7 +13,7 @@ import pytest
 from tests.judge_double import JudgeDouble, marker_or_brevity
 from tests.webapp.conftest import wait_for
 from tests.webapp.factories import TEST_TINY_MODEL, agent_factory, project_factory, run_factory, scenario_set_factory
-from tests.webapp.browser import SHOTS, launch_chromium, log_in
+from tests.webapp.browser import SHOTS, launch_chromium, live_settled, log_in
 from tests.webapp.test_browser import server  # noqa: F401 - the daphne fixture
 from webapp.models import Agent, Run, RunStatus, Scenario, ScenarioSet
 from webapp.services.catalogue import judge_config_create, rubric_create
@@ -210,10 +210,7 @@ def test_the_live_run_page_equals_the_reloaded_page_the_api_and_the_export_throu
         page.click("#resume")
         expect(page.locator("#run-status")).to_have_text("Completed", timeout=300_000)
         page.wait_for_function("() => Number(document.getElementById('reward-chart').dataset.points) >= 8")
-        wait_for(lambda: page.evaluate("() => document.querySelectorAll('#groups div[id^=group-]').length") == 0,
-                 message="every group card to arrive")
-        page.wait_for_load_state("networkidle")  # the fragments the last events asked for have arrived
-        live = page.evaluate(READ_PAGE)
+        live = live_settled(page, lambda: page.evaluate(READ_PAGE))
         assert page.evaluate("window.__sameDocument") is True
         page.screenshot(path=str(SHOTS / "live-truth-after-resume.png"), full_page=True)
 
