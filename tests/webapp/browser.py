@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, TypeVar
@@ -125,10 +126,8 @@ def live_settled(page: "Page", read: Callable[[], T], *, quiet_s: float = 0.5, t
     """`read()` of a live run page once its updates have landed: no group slot waiting for its card, and the same
     answer twice `quiet_s` apart. The header's new state can arrive before the cards of the events that came
     before it (each is a fetch of its own), so a read at the moment the header changes can miss a card that a
-    reload shows (CI: a live page read at "Paused" lacked the held step's groups). A page that never shows what a
-    reload shows still differs after this."""
-    import time
-
+    reload shows (make test-repeat: a live page read at "Paused" lacked the held step's groups). A page that
+    never shows what a reload shows still differs after this."""
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:
