@@ -9,7 +9,7 @@ import json
 import pytest
 
 from tests.webapp.factories import TEST_TINY_MODEL, project_factory
-from tests.webapp.browser import SHOTS, launch_chromium, log_in
+from tests.webapp.browser import SHOTS, launch_chromium, live_settled, log_in
 from tests.webapp.test_browser import server  # noqa: F401 - the daphne fixture
 from training.fixtures.demo import demo_config
 from training.fixtures.tiny_model import synthetic_games
@@ -71,8 +71,10 @@ def test_a_user_teaches_from_an_uploaded_dataset_then_reinforces_from_its_checkp
         expect(page.locator("#run-status")).to_have_text("Completed", timeout=300_000)
         page.wait_for_function("() => Number(document.getElementById('loss-chart').dataset.heldOut) >= 2")
         assert page.evaluate("window.__sameDocument") is True  # every point arrived live, no reload
-        steps = page.locator("#step-table tbody tr").count()
-        assert steps >= 2 and int(page.get_attribute("#loss-chart", "data-points")) == steps
+        # The step table is a fetch of its own, sent on each step's event: it may land after "Completed" does.
+        steps, points = live_settled(page, lambda: (page.locator("#step-table tbody tr").count(),
+                                                    int(page.get_attribute("#loss-chart", "data-points"))))
+        assert steps >= 2 and points == steps
         page.screenshot(path=str(SHOTS / "sft-run.png"), full_page=True)
 
         page.click(f"#reinforce-{steps}")  # the last step's checkpoint (the ORM waits until the browser is done)
