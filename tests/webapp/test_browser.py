@@ -123,7 +123,7 @@ def test_a_user_builds_a_run_in_the_browser_and_watches_it_learn_live(server, ti
         page.wait_for_function("() => Number(document.getElementById('reward-chart').dataset.points) >= 4")
         assert int(page.get_attribute("#reward-chart", "data-points")) > paused_points
         assert page.evaluate("window.__sameDocument") is True
-        assert page.locator("#step-table tbody tr").count() == 4
+        expect(page.locator("#step-table tbody tr")).to_have_count(4)  # its rows are fetches that may land after
         assert csp_violations == []
         # Every group of every step arrived as a card, though groups of one step are scored moments apart.
         expect(page.locator(".group")).to_have_count(8)

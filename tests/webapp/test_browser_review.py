@@ -85,7 +85,7 @@ def test_a_reviewer_overrides_a_gated_step_compares_answers_and_tries_a_rubric(s
         expect(page.locator(".messages")).to_contain_text("review approved")
         page.goto(f"{server}/runs/{run.id}/")
         expect(page.locator("#run-status")).to_have_text("Completed", timeout=180_000)
-        assert page.locator("#step-table tbody tr").count() == 1
+        expect(page.locator("#step-table tbody tr")).to_have_count(1)  # its row is a fetch that may land after
         overridden = ScoreOverride.objects.get(run=run).group_id
         # The card shows the advantages the step trained on, recomputed from the reviewed scores.
         expect(page.locator(f"#group-{overridden} .human").filter(has_text="1.000")).to_have_count(1)
