@@ -43,7 +43,7 @@ from training import run
 from training.config import RunConfig
 from training.environments import RolloutConfig, get_environment, parse_options
 from training.events import EvaluationFinished, Event, GroupScored
-from training.fixtures.examples import EXAMPLES, tiny_recipe
+from training.fixtures.examples import EXAMPLES, recipe_sections, tiny_recipe
 from training.fixtures.tiny_games_model import SFT_STEPS, ensure_tiny_games_model
 from training.monitoring.evaluation import BASE, CHECKPOINT, compare_group, win_rate_summary
 from training.types import Scenario, Trajectory, first_side
@@ -76,9 +76,7 @@ def game_config(game: str, *, model_dir: Path, out: Path, steps: int, seed: int,
         "scenarios": records,
         "environment": {"kind": example.environment_kind, "options": example.environment_options},
         "sampling": {"temperature": 1.0, "max_tokens": max_tokens},
-        "grpo": {"group_size": recipe["group_size"], "groups_per_step": recipe["groups_per_step"],
-                 "learning_rate": recipe["learning_rate"], "micro_batch_size": 16, "max_grad_norm": 1.0},
-        "lora": recipe["overrides"]["lora"],
+        **recipe_sections(recipe),
         "evaluation": {"held_out_ids": [s.id for s in evaluation], "every": steps, "samples": SAMPLES}
         if evaluation else {},
         "steps": steps, "output_dir": str(out), "seed": seed,
