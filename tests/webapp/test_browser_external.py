@@ -7,7 +7,7 @@ import httpx
 import pytest
 from rest_framework.authtoken.models import Token
 
-from tests.webapp.browser import SHOTS, launch_chromium, log_in
+from tests.webapp.browser import SHOTS, launch_chromium, live_settled, log_in
 from tests.webapp.test_browser import server  # noqa: F401 - the daphne fixture
 from tests.webapp.test_external_rollouts import external_run, open_step, recorded
 
@@ -43,7 +43,7 @@ def test_the_external_panel_shows_a_submitted_group_and_its_client_live_as_a_rel
         assert 500 < float(deadline.split()[0]) <= 600
         SHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SHOTS / "external-panel.png"), full_page=True)
-        live = page.evaluate(PANEL)
+        live = live_settled(page, lambda: page.evaluate(PANEL))  # the group's and the client's events each refetch it
         page.reload()
         assert page.evaluate(PANEL) == live
         browser.close()

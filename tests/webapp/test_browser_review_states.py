@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.webapp.browser import SHOTS, launch_chromium, log_in
+from tests.webapp.browser import SHOTS, launch_chromium, live_settled, log_in
 from tests.webapp.conftest import run_story, wait_for
 from tests.webapp.factories import (agent_factory, judge_factory, member_factory, project_factory, rubric_factory,
                                     run_factory, scenario_set_factory, user_factory)
@@ -190,7 +190,7 @@ def test_a_pause_after_approve_is_kept_and_a_parked_runs_cards_and_banner_say_wh
         redo = page.locator('#groups .group[data-step="2"] td.trained[title^="not trained: Resume rolls step 2 out '
                             'again"]')
         expect(redo).to_have_count(4, timeout=15_000)  # every answer of both groups, not one card only
-        live = page.evaluate(READ_CARDS)
+        live = live_settled(page, lambda: page.evaluate(READ_CARDS))  # each card is a fetch of its own
         assert page.evaluate("() => window.__sameDocument") is True
         notes = [note for _, _, note in live["2"]]
         assert not [n for n in notes if "will train on" in n], notes

@@ -15,7 +15,7 @@ from tests.webapp.factories import (
     agent_factory, judge_factory, project_factory, rubric_factory, scenario_set_factory,
 )
 from tests.webapp.serving_world import completed_run, lora_adapters, served_app  # noqa: F401  (fixtures)
-from tests.webapp.browser import SHOTS, launch_chromium, log_in
+from tests.webapp.browser import SHOTS, launch_chromium, live_settled, log_in
 from webapp.models import Scenario
 from webapp.services.project_tokens import project_token_create
 
@@ -87,7 +87,7 @@ def test_try_it_side_by_side_judged_saved_then_served_to_an_openai_client(served
             expect(page.locator("#try-server")).to_contain_text("the inference server started for this session in")
             expect(page.locator("#try-first-answer")).to_contain_text("first answer")
             expect(page.locator("#try-message")).to_have_text("What is the refund policy? <b>bold</b>")  # escaped
-            live = page.evaluate(ANSWERS)
+            live = live_settled(page, lambda: page.evaluate(ANSWERS))
             page.reload()
             assert page.evaluate(ANSWERS) == live
 
